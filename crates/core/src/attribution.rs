@@ -1,0 +1,515 @@
+//! The attribution state machine: one call per tick turns usage and zone energy into a
+//! `PowerSnapshot`. No I/O; every rule of DESIGN §5 lives here.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::energy::ZoneEnergy;
+use crate::snapshot::{
+    ContainerPower, IdlePolicyState, NodeZone, PodPower, PowerSnapshot, ProcessPower, VmPower,
+    WorkloadState, ZoneValue,
+};
+use crate::split::split_proportionally;
+use crate::units::{MicroJoules, Watts};
+use crate::usage::{NodeCpuTimes, ProcessInfo, ProcessKey, UsageSnapshot};
+use crate::workload::{ContainerRef, PodRef, VmRef};
+
+/// How idle power is told apart from active power.
+#[derive(Clone, Debug, PartialEq)]
+pub enum IdlePolicy {
+    /// idle = (1 − usage ratio) × energy (upstream Kepler).
+    Ratio,
+    /// idle = a fixed power per zone × interval, capped at the zone's energy. `configured`
+    /// gives the watts for every zone; otherwise each zone's baseline is the lowest power seen
+    /// in an interval whose usage ratio was at most `low_usage_ratio`.
+    Baseline {
+        configured: Option<Watts>,
+        low_usage_ratio: f64,
+    },
+}
+
+/// Which ended workloads are still exported, and for how long.
+#[derive(Clone, Debug, PartialEq)]
+pub struct TerminatedPolicy {
+    /// How long an ended workload stays in snapshots.
+    pub retention: Duration,
+    /// Keep at most this many ended processes (the most energetic); `None` for no limit.
+    pub max: Option<usize>,
+    /// Ended processes below this energy (all zones together) are not kept.
+    pub min_energy: MicroJoules,
+}
+
+impl Default for TerminatedPolicy {
+    fn default() -> Self {
+        TerminatedPolicy {
+            retention: Duration::from_secs(300),
+            max: Some(500),
+            min_energy: MicroJoules(10_000_000),
+        }
+    }
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct AttributionConfig {
+    pub idle: IdlePolicy,
+    pub terminated: TerminatedPolicy,
+}
+
+impl Default for AttributionConfig {
+    fn default() -> Self {
+        AttributionConfig {
+            idle: IdlePolicy::Ratio,
+            terminated: TerminatedPolicy::default(),
+        }
+    }
+}
+
+/// One tick's inputs.
+pub struct Tick<'a> {
+    pub usage: &'a UsageSnapshot,
+    /// Zone energy over the interval; `None` when there is no meter (usage is still tracked).
+    pub energy: Option<&'a [ZoneEnergy]>,
+    pub interval: Duration,
+}
+
+struct Workload<R> {
+    reference: R,
+    zones: Vec<ZoneValue>,
+    cpu_time: Duration,
+    seen_tick: u64,
+    /// Uptime at which it was first found ended.
+    ended_at: Option<Duration>,
+}
+
+impl<R> Workload<R> {
+    fn new(reference: R) -> Self {
+        Workload {
+            reference,
+            zones: Vec::new(),
+            cpu_time: Duration::ZERO,
+            seen_tick: 0,
+            ended_at: None,
+        }
+    }
+
+    fn total_energy(&self) -> u64 {
+        self.zones.iter().map(|z| z.energy.0).sum()
+    }
+
+    fn state(&self) -> WorkloadState {
+        if self.ended_at.is_some() {
+            WorkloadState::Terminated
+        } else {
+            WorkloadState::Running
+        }
+    }
+}
+
+struct ProcessEntry {
+    info: Arc<ProcessInfo>,
+    /// Last cumulative CPU time read from the source.
+    last_cpu_time: Duration,
+    workload: Workload<()>,
+}
+
+struct NodeZoneState {
+    zone: Arc<str>,
+    path: Arc<str>,
+    total: ZoneValue,
+    active: ZoneValue,
+    idle: ZoneValue,
+    unattributed: MicroJoules,
+    baseline: Option<Watts>,
+}
+
+/// Accumulates energy per node zone and per workload across ticks.
+pub struct Attributor {
+    config: AttributionConfig,
+    tick: u64,
+    previous_node: Option<NodeCpuTimes>,
+    previous_uptime: Option<Duration>,
+    zones: Vec<NodeZoneState>,
+    processes: HashMap<ProcessKey, ProcessEntry>,
+    containers: HashMap<String, Workload<Arc<ContainerRef>>>,
+    pods: HashMap<String, Workload<Arc<PodRef>>>,
+    vms: HashMap<String, Workload<Arc<VmRef>>>,
+    // Reused buffers.
+    weights: Vec<u64>,
+    keys: Vec<ProcessKey>,
+    parts: Vec<u64>,
+}
+
+impl Attributor {
+    pub fn new(config: AttributionConfig) -> Self {
+        Attributor {
+            config,
+            tick: 0,
+            previous_node: None,
+            previous_uptime: None,
+            zones: Vec::new(),
+            processes: HashMap::new(),
+            containers: HashMap::new(),
+            pods: HashMap::new(),
+            vms: HashMap::new(),
+            weights: Vec::new(),
+            keys: Vec::new(),
+            parts: Vec::new(),
+        }
+    }
+
+    pub fn config(&self) -> &AttributionConfig {
+        &self.config
+    }
+
+    fn zone_index(&mut self, energy: &ZoneEnergy) -> usize {
+        if let Some(i) = self.zones.iter().position(|z| z.zone == energy.zone) {
+            return i;
+        }
+        self.zones.push(NodeZoneState {
+            zone: energy.zone.clone(),
+            path: energy.path.clone(),
+            total: ZoneValue::default(),
+            active: ZoneValue::default(),
+            idle: ZoneValue::default(),
+            unattributed: MicroJoules::ZERO,
+            baseline: None,
+        });
+        self.zones.len() - 1
+    }
+
+    /// Splits a zone's energy into (idle, active) under the configured policy, learning the
+    /// measured baseline on the way.
+    fn idle_active(
+        &mut self,
+        zone: usize,
+        energy: MicroJoules,
+        ratio: f64,
+        interval: Duration,
+    ) -> (MicroJoules, MicroJoules) {
+        let by_ratio = || {
+            let idle = MicroJoules(((1.0 - ratio) * energy.0 as f64).round() as u64).min(energy);
+            (idle, energy - idle)
+        };
+        match self.config.idle.clone() {
+            IdlePolicy::Ratio => by_ratio(),
+            IdlePolicy::Baseline {
+                configured,
+                low_usage_ratio,
+            } => {
+                let baseline = match configured {
+                    Some(w) => Some(w),
+                    None => {
+                        let state = &mut self.zones[zone];
+                        if ratio <= low_usage_ratio && interval > Duration::ZERO {
+                            let power = energy.over(interval);
+                            if state.baseline.is_none_or(|b| power.0 < b.0) {
+                                state.baseline = Some(power);
+                            }
+                        }
+                        state.baseline
+                    }
+                };
+                match baseline {
+                    Some(w) => {
+                        let idle = w.during(interval).min(energy);
+                        (idle, energy - idle)
+                    }
+                    None => by_ratio(),
+                }
+            }
+        }
+    }
+
+    /// Advances one tick and returns the snapshot describing it.
+    pub fn tick(&mut self, input: Tick<'_>) -> PowerSnapshot {
+        self.tick += 1;
+        let tick = self.tick;
+        let usage = input.usage;
+        let ratio = self
+            .previous_node
+            .map(|prev| usage.node.usage_ratio_since(&prev))
+            .unwrap_or(0.0);
+
+        // CPU time deltas per process. A process first seen now counts all its CPU time only if
+        // it started after the previous snapshot; otherwise this reading is its baseline.
+        self.weights.clear();
+        self.keys.clear();
+        for process in &usage.processes {
+            let started_since_last = self
+                .previous_uptime
+                .is_some_and(|prev| process.key.start_time >= prev);
+            let entry = self
+                .processes
+                .entry(process.key)
+                .or_insert_with(|| ProcessEntry {
+                    info: process.info.clone(),
+                    last_cpu_time: if started_since_last {
+                        Duration::ZERO
+                    } else {
+                        process.cpu_time
+                    },
+                    workload: Workload::new(()),
+                });
+            // CPU time never goes backwards for one task; if a source says it did, count none.
+            let delta = process.cpu_time.saturating_sub(entry.last_cpu_time);
+            entry.last_cpu_time = entry.last_cpu_time.max(process.cpu_time);
+            entry.workload.cpu_time = entry.last_cpu_time;
+            entry.workload.seen_tick = tick;
+            if !Arc::ptr_eq(&entry.info, &process.info) {
+                entry.info = process.info.clone();
+            }
+            if process.exited {
+                entry.workload.ended_at.get_or_insert(usage.uptime);
+            } else {
+                entry.workload.ended_at = None;
+            }
+            self.keys.push(process.key);
+            self.weights
+                .push(u64::try_from(delta.as_nanos()).unwrap_or(u64::MAX));
+        }
+
+        // Energy per zone: node totals, idle/active, and the active part split by CPU time.
+        let zone_count_before = self.zones.len();
+        let mut tick_energy: Vec<(usize, Vec<u64>)> = Vec::new();
+        if let Some(energies) = input.energy {
+            for energy in energies {
+                let z = self.zone_index(energy);
+                let (idle, active) = self.idle_active(z, energy.energy, ratio, input.interval);
+                let state = &mut self.zones[z];
+                state.path = energy.path.clone();
+                state.total.energy += energy.energy;
+                state.total.watts = energy.energy.over(input.interval);
+                state.idle.energy += idle;
+                state.idle.watts = idle.over(input.interval);
+                state.active.energy += active;
+                state.active.watts = active.over(input.interval);
+                let mut parts = std::mem::take(&mut self.parts);
+                if !split_proportionally(active.0, &self.weights, &mut parts) {
+                    state.unattributed += active;
+                }
+                tick_energy.push((z, parts.clone()));
+                self.parts = parts;
+            }
+        }
+        let zone_count = self.zones.len();
+        if zone_count != zone_count_before {
+            for entry in self.processes.values_mut() {
+                entry
+                    .workload
+                    .zones
+                    .resize(zone_count, ZoneValue::default());
+            }
+        }
+
+        // Per-process energy this tick, rolled up to containers, pods and VMs.
+        let interval = input.interval;
+        let mut this_tick = vec![MicroJoules::ZERO; zone_count];
+        for (i, key) in self.keys.iter().enumerate() {
+            let Some(entry) = self.processes.get_mut(key) else {
+                continue;
+            };
+            entry
+                .workload
+                .zones
+                .resize(zone_count, ZoneValue::default());
+            this_tick.iter_mut().for_each(|e| *e = MicroJoules::ZERO);
+            for (z, parts) in &tick_energy {
+                let part = MicroJoules(parts.get(i).copied().unwrap_or(0));
+                this_tick[*z] = part;
+                let value = &mut entry.workload.zones[*z];
+                value.energy += part;
+                value.watts = part.over(interval);
+            }
+            let cpu_delta = Duration::from_nanos(self.weights.get(i).copied().unwrap_or(0));
+            let ended = entry.workload.ended_at.is_some();
+            let identity = &entry.info.workload;
+            if let Some(container) = &identity.container {
+                let c = self
+                    .containers
+                    .entry(container.id.clone())
+                    .or_insert_with(|| Workload::new(container.clone()));
+                add_tick(c, &this_tick, interval, tick, cpu_delta, ended);
+                if let Some(pod) = &container.pod {
+                    let p = self
+                        .pods
+                        .entry(pod.id.clone())
+                        .or_insert_with(|| Workload::new(pod.clone()));
+                    add_tick(p, &this_tick, interval, tick, cpu_delta, ended);
+                }
+            }
+            if let Some(vm) = &identity.vm {
+                let v = self
+                    .vms
+                    .entry(vm.id.clone())
+                    .or_insert_with(|| Workload::new(vm.clone()));
+                add_tick(v, &this_tick, interval, tick, cpu_delta, ended);
+            }
+        }
+
+        self.end_unseen(usage.uptime);
+        self.prune(usage.uptime);
+        self.previous_node = Some(usage.node);
+        self.previous_uptime = Some(usage.uptime);
+        self.snapshot(ratio, input.interval)
+    }
+
+    /// Workloads not seen this tick have ended: their power drops to zero, their energy stays.
+    fn end_unseen(&mut self, now: Duration) {
+        let tick = self.tick;
+        let processes = self.processes.values_mut().map(|p| &mut p.workload);
+        for w in processes {
+            end_if_unseen(w, tick, now);
+        }
+        for w in self.containers.values_mut() {
+            end_if_unseen(w, tick, now);
+        }
+        for w in self.pods.values_mut() {
+            end_if_unseen(w, tick, now);
+        }
+        for w in self.vms.values_mut() {
+            end_if_unseen(w, tick, now);
+        }
+    }
+
+    fn prune(&mut self, now: Duration) {
+        let policy = &self.config.terminated;
+        let expired = |ended: Option<Duration>| {
+            ended.is_some_and(|at| now.saturating_sub(at) > policy.retention)
+        };
+        self.processes.retain(|_, p| {
+            !expired(p.workload.ended_at)
+                && (p.workload.ended_at.is_none()
+                    || p.workload.total_energy() >= policy.min_energy.0)
+        });
+        if let Some(max) = policy.max {
+            let mut ended: Vec<(u64, ProcessKey)> = self
+                .processes
+                .iter()
+                .filter(|(_, p)| p.workload.ended_at.is_some())
+                .map(|(k, p)| (p.workload.total_energy(), *k))
+                .collect();
+            if ended.len() > max {
+                ended.sort_unstable_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(&b.1)));
+                for (_, key) in ended.iter().skip(max) {
+                    self.processes.remove(key);
+                }
+            }
+        }
+        self.containers.retain(|_, w| !expired(w.ended_at));
+        self.pods.retain(|_, w| !expired(w.ended_at));
+        self.vms.retain(|_, w| !expired(w.ended_at));
+    }
+
+    fn snapshot(&self, usage_ratio: f64, interval: Duration) -> PowerSnapshot {
+        let zone_count = self.zones.len();
+        let padded = |zones: &Vec<ZoneValue>| {
+            let mut z = zones.clone();
+            z.resize(zone_count, ZoneValue::default());
+            z
+        };
+        PowerSnapshot {
+            tick: self.tick,
+            interval,
+            usage_ratio,
+            zones: self
+                .zones
+                .iter()
+                .map(|z| NodeZone {
+                    zone: z.zone.clone(),
+                    path: z.path.clone(),
+                    total: z.total,
+                    active: z.active,
+                    idle: z.idle,
+                    unattributed: z.unattributed,
+                })
+                .collect(),
+            idle_policy: match &self.config.idle {
+                IdlePolicy::Ratio => IdlePolicyState::Ratio,
+                IdlePolicy::Baseline { configured, .. } => IdlePolicyState::Baseline {
+                    configured: configured.is_some(),
+                    watts: self
+                        .zones
+                        .iter()
+                        .map(|z| configured.or(z.baseline))
+                        .collect(),
+                },
+            },
+            processes: self
+                .processes
+                .iter()
+                .map(|(key, p)| ProcessPower {
+                    key: *key,
+                    info: p.info.clone(),
+                    state: p.workload.state(),
+                    cpu_time: p.workload.cpu_time,
+                    zones: padded(&p.workload.zones),
+                })
+                .collect(),
+            containers: self
+                .containers
+                .values()
+                .map(|c| ContainerPower {
+                    container: c.reference.clone(),
+                    state: c.state(),
+                    cpu_time: c.cpu_time,
+                    zones: padded(&c.zones),
+                })
+                .collect(),
+            pods: self
+                .pods
+                .values()
+                .map(|p| PodPower {
+                    pod: p.reference.clone(),
+                    state: p.state(),
+                    zones: padded(&p.zones),
+                })
+                .collect(),
+            vms: self
+                .vms
+                .values()
+                .map(|v| VmPower {
+                    vm: v.reference.clone(),
+                    state: v.state(),
+                    zones: padded(&v.zones),
+                })
+                .collect(),
+        }
+    }
+}
+
+/// Adds one process's share of this tick to a group workload (container, pod, VM). A group is
+/// running while any of its processes is.
+fn add_tick<R>(
+    w: &mut Workload<R>,
+    energy: &[MicroJoules],
+    interval: Duration,
+    tick: u64,
+    cpu_delta: Duration,
+    process_ended: bool,
+) {
+    if w.seen_tick != tick {
+        // First member seen this tick: restart the per-tick power sums.
+        w.zones.resize(energy.len(), ZoneValue::default());
+        w.zones.iter_mut().for_each(|z| z.watts = Watts(0.0));
+        w.seen_tick = tick;
+        w.ended_at = if process_ended { w.ended_at } else { None };
+    } else if !process_ended {
+        w.ended_at = None;
+    }
+    w.zones.resize(energy.len(), ZoneValue::default());
+    for (value, part) in w.zones.iter_mut().zip(energy) {
+        value.energy += *part;
+        value.watts = Watts(value.watts.0 + part.over(interval).0);
+    }
+    w.cpu_time += cpu_delta;
+}
+
+fn end_if_unseen<R>(w: &mut Workload<R>, tick: u64, now: Duration) {
+    if w.seen_tick != tick && w.ended_at.is_none() {
+        w.ended_at = Some(now);
+    }
+    if w.seen_tick != tick {
+        w.zones.iter_mut().for_each(|z| z.watts = Watts(0.0));
+    }
+}

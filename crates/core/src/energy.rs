@@ -1,0 +1,283 @@
+//! What power meters report, and the pure step from two readings to the energy of one interval.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::units::{MicroJoules, Watts};
+
+/// One reading of one meter zone (one socket's package, one hwmon sensor, ...).
+#[derive(Clone, Debug, PartialEq)]
+pub struct ZoneReading {
+    /// Zone name as exported in the `zone` label: `package`, `core`, `uncore`, `dram`, `psys`,
+    /// `platform`, or a hwmon label. Readings with the same name are summed (several sockets).
+    pub zone: Arc<str>,
+    /// Where the value came from, unique per reading (a sysfs path, a device id).
+    pub path: Arc<str>,
+    pub sample: ZoneSample,
+}
+
+#[derive(Copy, Clone, Debug, PartialEq)]
+pub enum ZoneSample {
+    /// A cumulative energy counter; `max` is the value at which it wraps to zero when known
+    /// (`max_energy_range_uj`).
+    Energy {
+        counter: MicroJoules,
+        max: Option<MicroJoules>,
+    },
+    /// An instantaneous or averaged power reading; energy is power × interval.
+    Power(Watts),
+}
+
+/// All zones of the active meter, read at one instant.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct EnergySnapshot {
+    /// Monotonic time of the reading (any fixed origin, the same for every snapshot of a run).
+    pub at: Duration,
+    pub readings: Vec<ZoneReading>,
+}
+
+/// Energy of one exported zone over one interval.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ZoneEnergy {
+    pub zone: Arc<str>,
+    /// The reading's path, or `aggregated-<zone>` when several readings were summed.
+    pub path: Arc<str>,
+    pub energy: MicroJoules,
+}
+
+/// Why a zone has no energy for an interval.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum DeltaIssue {
+    /// The counter went down and its wrap point is unknown: the sample is dropped.
+    CounterDecreased {
+        path: Arc<str>,
+        previous: u64,
+        current: u64,
+    },
+    /// The counter exceeds its own wrap point: the reading is not trustworthy.
+    CounterAboveMax {
+        path: Arc<str>,
+        counter: u64,
+        max: u64,
+    },
+    /// The reading has no counterpart in the previous snapshot (new zone): no delta yet.
+    NoPrevious { path: Arc<str> },
+}
+
+impl std::fmt::Display for DeltaIssue {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            DeltaIssue::CounterDecreased {
+                path,
+                previous,
+                current,
+            } => write!(
+                f,
+                "energy counter {path} went down ({previous} -> {current} µJ) with no known wrap point; sample dropped"
+            ),
+            DeltaIssue::CounterAboveMax { path, counter, max } => write!(
+                f,
+                "energy counter {path} reads {counter} µJ above its wrap point {max} µJ; sample dropped"
+            ),
+            DeltaIssue::NoPrevious { path } => write!(f, "zone {path} appeared; no delta yet"),
+        }
+    }
+}
+
+/// Energy between two readings of one counter, allowing for one wrap.
+pub fn counter_delta(
+    path: &Arc<str>,
+    previous: MicroJoules,
+    current: MicroJoules,
+    max: Option<MicroJoules>,
+) -> Result<MicroJoules, DeltaIssue> {
+    if let Some(max) = max {
+        if max.0 > 0 && (current.0 > max.0 || previous.0 > max.0) {
+            return Err(DeltaIssue::CounterAboveMax {
+                path: path.clone(),
+                counter: current.0.max(previous.0),
+                max: max.0,
+            });
+        }
+    }
+    if current >= previous {
+        return Ok(MicroJoules(current.0 - previous.0));
+    }
+    match max {
+        // The counter counts 0..=max and then restarts at 0.
+        Some(max) if max.0 > 0 => Ok(MicroJoules(max.0 - previous.0 + current.0 + 1)),
+        _ => Err(DeltaIssue::CounterDecreased {
+            path: path.clone(),
+            previous: previous.0,
+            current: current.0,
+        }),
+    }
+}
+
+/// The energy of each zone between two snapshots of the same meter. Readings sharing a zone
+/// name are summed; if any of them cannot give a delta, the whole zone is left out for this
+/// interval (a partial sum would be a wrong number) and the issue is returned.
+pub fn zone_energies(
+    previous: &EnergySnapshot,
+    current: &EnergySnapshot,
+) -> (Vec<ZoneEnergy>, Vec<DeltaIssue>) {
+    let interval = current.at.saturating_sub(previous.at);
+    let before: HashMap<&str, &ZoneSample> = previous
+        .readings
+        .iter()
+        .map(|r| (&*r.path, &r.sample))
+        .collect();
+
+    // Zone order follows first appearance in the current snapshot, so output is stable.
+    let mut order: Vec<Arc<str>> = Vec::new();
+    let mut sums: HashMap<Arc<str>, (Result<MicroJoules, ()>, Vec<Arc<str>>)> = HashMap::new();
+    let mut issues = Vec::new();
+
+    for reading in &current.readings {
+        let delta = match (reading.sample, before.get(&*reading.path)) {
+            (
+                ZoneSample::Energy { counter, max },
+                Some(ZoneSample::Energy { counter: prev, .. }),
+            ) => counter_delta(&reading.path, *prev, counter, max),
+            (ZoneSample::Power(w), Some(_)) => Ok(w.during(interval)),
+            (_, _) => Err(DeltaIssue::NoPrevious {
+                path: reading.path.clone(),
+            }),
+        };
+        let entry = sums.entry(reading.zone.clone()).or_insert_with(|| {
+            order.push(reading.zone.clone());
+            (Ok(MicroJoules::ZERO), Vec::new())
+        });
+        entry.1.push(reading.path.clone());
+        match delta {
+            Ok(d) => {
+                if let Ok(sum) = &mut entry.0 {
+                    *sum += d;
+                }
+            }
+            Err(issue) => {
+                entry.0 = Err(());
+                issues.push(issue);
+            }
+        }
+    }
+
+    let energies = order
+        .into_iter()
+        .filter_map(|zone| {
+            let (sum, paths) = sums.remove(&zone)?;
+            let energy = sum.ok()?;
+            let path = match paths.as_slice() {
+                [single] => single.clone(),
+                _ => Arc::from(format!("aggregated-{zone}")),
+            };
+            Some(ZoneEnergy { zone, path, energy })
+        })
+        .collect();
+    (energies, issues)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn energy(zone: &str, path: &str, counter: u64, max: Option<u64>) -> ZoneReading {
+        ZoneReading {
+            zone: zone.into(),
+            path: path.into(),
+            sample: ZoneSample::Energy {
+                counter: MicroJoules(counter),
+                max: max.map(MicroJoules),
+            },
+        }
+    }
+
+    fn snap(at_secs: u64, readings: Vec<ZoneReading>) -> EnergySnapshot {
+        EnergySnapshot {
+            at: Duration::from_secs(at_secs),
+            readings,
+        }
+    }
+
+    #[test]
+    fn wraps_once_at_the_known_maximum() {
+        let p: Arc<str> = "p".into();
+        let d =
+            counter_delta(&p, MicroJoules(990), MicroJoules(9), Some(MicroJoules(999))).unwrap();
+        // 990 -> 999 is 9, 999 -> 0 is 1, 0 -> 9 is 9.
+        assert_eq!(d, MicroJoules(19));
+    }
+
+    #[test]
+    fn decrease_without_max_is_dropped() {
+        let p: Arc<str> = "p".into();
+        assert!(matches!(
+            counter_delta(&p, MicroJoules(10), MicroJoules(5), None),
+            Err(DeltaIssue::CounterDecreased { .. })
+        ));
+    }
+
+    #[test]
+    fn sockets_are_summed_under_an_aggregated_path() {
+        let a = snap(
+            0,
+            vec![
+                energy("package", "/a", 100, Some(1000)),
+                energy("package", "/b", 200, Some(1000)),
+                energy("dram", "/c", 5, None),
+            ],
+        );
+        let b = snap(
+            1,
+            vec![
+                energy("package", "/a", 150, Some(1000)),
+                energy("package", "/b", 100, Some(1000)),
+                energy("dram", "/c", 7, None),
+            ],
+        );
+        let (zones, issues) = zone_energies(&a, &b);
+        assert!(issues.is_empty());
+        assert_eq!(zones.len(), 2);
+        assert_eq!(&*zones[0].zone, "package");
+        assert_eq!(&*zones[0].path, "aggregated-package");
+        assert_eq!(zones[0].energy, MicroJoules(50 + (1000 - 200 + 100 + 1)));
+        assert_eq!(&*zones[1].path, "/c");
+        assert_eq!(zones[1].energy, MicroJoules(2));
+    }
+
+    #[test]
+    fn one_bad_socket_drops_its_zone_only() {
+        let a = snap(
+            0,
+            vec![
+                energy("package", "/a", 100, None),
+                energy("package", "/b", 200, None),
+                energy("dram", "/c", 5, None),
+            ],
+        );
+        let b = snap(
+            1,
+            vec![
+                energy("package", "/a", 150, None),
+                energy("package", "/b", 100, None),
+                energy("dram", "/c", 9, None),
+            ],
+        );
+        let (zones, issues) = zone_energies(&a, &b);
+        assert_eq!(issues.len(), 1);
+        assert_eq!(zones.len(), 1);
+        assert_eq!(&*zones[0].zone, "dram");
+    }
+
+    #[test]
+    fn power_readings_integrate_over_the_interval() {
+        let p = |w| ZoneReading {
+            zone: "platform".into(),
+            path: "/hwmon0".into(),
+            sample: ZoneSample::Power(Watts(w)),
+        };
+        let (zones, _) = zone_energies(&snap(10, vec![p(50.0)]), &snap(12, vec![p(100.0)]));
+        assert_eq!(zones[0].energy, MicroJoules(200_000_000));
+    }
+}

@@ -1,0 +1,116 @@
+//! The immutable result of one tick: what exporters encode.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::units::{MicroJoules, Watts};
+use crate::usage::{ProcessInfo, ProcessKey};
+use crate::workload::{ContainerRef, PodRef, VmRef};
+
+/// Energy counter and current power of one workload (or the node) in one zone.
+#[derive(Copy, Clone, Debug, Default, PartialEq)]
+pub struct ZoneValue {
+    /// Monotonic since the agent started.
+    pub energy: MicroJoules,
+    /// Average over the last interval that had a reading.
+    pub watts: Watts,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct NodeZone {
+    pub zone: Arc<str>,
+    pub path: Arc<str>,
+    pub total: ZoneValue,
+    pub active: ZoneValue,
+    pub idle: ZoneValue,
+    /// Active energy of intervals in which no workload used CPU time, so nothing could take it.
+    pub unattributed: MicroJoules,
+}
+
+/// How idle power was separated from active power.
+#[derive(Clone, Debug, PartialEq)]
+pub enum IdlePolicyState {
+    /// Upstream's rule: idle = (1 − usage ratio) × energy.
+    Ratio,
+    /// A fixed idle power per zone, configured or measured; `None` where not known yet (the
+    /// ratio rule applies until then).
+    Baseline {
+        configured: bool,
+        watts: Vec<Option<Watts>>,
+    },
+}
+
+impl IdlePolicyState {
+    pub fn name(&self) -> &'static str {
+        match self {
+            IdlePolicyState::Ratio => "ratio",
+            IdlePolicyState::Baseline { .. } => "baseline",
+        }
+    }
+}
+
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum WorkloadState {
+    Running,
+    Terminated,
+}
+
+impl WorkloadState {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            WorkloadState::Running => "running",
+            WorkloadState::Terminated => "terminated",
+        }
+    }
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct ProcessPower {
+    pub key: ProcessKey,
+    pub info: Arc<ProcessInfo>,
+    pub state: WorkloadState,
+    /// Cumulative CPU time as reported by the source.
+    pub cpu_time: Duration,
+    /// One value per entry of `PowerSnapshot::zones`.
+    pub zones: Vec<ZoneValue>,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct ContainerPower {
+    pub container: Arc<ContainerRef>,
+    pub state: WorkloadState,
+    /// CPU time of its processes observed since the agent started.
+    pub cpu_time: Duration,
+    pub zones: Vec<ZoneValue>,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct PodPower {
+    pub pod: Arc<PodRef>,
+    pub state: WorkloadState,
+    pub zones: Vec<ZoneValue>,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct VmPower {
+    pub vm: Arc<VmRef>,
+    pub state: WorkloadState,
+    pub zones: Vec<ZoneValue>,
+}
+
+/// Everything known after one tick. Shared read-only with exporters.
+#[derive(Clone, Debug, PartialEq)]
+pub struct PowerSnapshot {
+    /// Ticks computed so far, this one included.
+    pub tick: u64,
+    /// Length of the interval this snapshot describes.
+    pub interval: Duration,
+    /// Node CPU usage ratio over the interval.
+    pub usage_ratio: f64,
+    pub zones: Vec<NodeZone>,
+    pub idle_policy: IdlePolicyState,
+    pub processes: Vec<ProcessPower>,
+    pub containers: Vec<ContainerPower>,
+    pub pods: Vec<PodPower>,
+    pub vms: Vec<VmPower>,
+}

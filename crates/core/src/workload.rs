@@ -1,0 +1,94 @@
+//! Who a process belongs to: a container (and its pod) or a virtual machine.
+
+use std::sync::Arc;
+
+/// The `type` label of process metrics.
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq, Hash)]
+pub enum ProcessType {
+    #[default]
+    Regular,
+    Container,
+    Vm,
+}
+
+impl ProcessType {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ProcessType::Regular => "regular",
+            ProcessType::Container => "container",
+            ProcessType::Vm => "vm",
+        }
+    }
+}
+
+/// The `runtime` label of container metrics.
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq, Hash)]
+pub enum Runtime {
+    Docker,
+    Containerd,
+    Crio,
+    Podman,
+    Kubernetes,
+    #[default]
+    Unknown,
+}
+
+impl Runtime {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Runtime::Docker => "docker",
+            Runtime::Containerd => "containerd",
+            Runtime::Crio => "crio",
+            Runtime::Podman => "podman",
+            Runtime::Kubernetes => "kubernetes",
+            Runtime::Unknown => "unknown",
+        }
+    }
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
+pub struct PodRef {
+    /// Pod UID (from the cgroup path or the Kubernetes API).
+    pub id: String,
+    pub name: String,
+    pub namespace: String,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
+pub struct ContainerRef {
+    /// Full container id (64 hex digits for the common runtimes).
+    pub id: String,
+    pub name: String,
+    pub runtime: Runtime,
+    pub pod: Option<Arc<PodRef>>,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
+pub struct VmRef {
+    /// The VM's UUID when the hypervisor command line has one, else its name.
+    pub id: String,
+    pub name: String,
+    pub hypervisor: String,
+}
+
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct WorkloadIdentity {
+    pub process_type: ProcessType,
+    pub container: Option<Arc<ContainerRef>>,
+    pub vm: Option<Arc<VmRef>>,
+}
+
+/// Decides the workload identity of a process from what was read about it once. Implemented by
+/// the workloads crate; sources call it when they first see a process.
+pub trait Classifier: Send + Sync {
+    fn classify(&self, info: &crate::usage::ProcessInfo) -> WorkloadIdentity;
+}
+
+/// Classifies every process as a plain process; for tests and hosts without containers.
+pub struct NoWorkloads;
+
+impl Classifier for NoWorkloads {
+    fn classify(&self, _info: &crate::usage::ProcessInfo) -> WorkloadIdentity {
+        WorkloadIdentity::default()
+    }
+}

@@ -1,0 +1,1 @@
+//! kepler-workloads
