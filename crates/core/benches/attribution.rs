@@ -1,1 +1,95 @@
-fn main() {}
+//! Attribution of one tick with 10,000 processes over four zones (target ≤ 2 ms on the 2-core VM).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use criterion::{criterion_group, criterion_main, Criterion};
+use kepler_core::*;
+
+const PROCESSES: u32 = 10_000;
+
+fn usage(step: u64, infos: &[Arc<ProcessInfo>]) -> UsageSnapshot {
+    UsageSnapshot {
+        uptime: Duration::from_secs(1000 + step * 5),
+        node: NodeCpuTimes {
+            total: Duration::from_secs(10_000 + step * 10),
+            idle: Duration::from_secs(5_000 + step * 5),
+            iowait: Duration::ZERO,
+        },
+        processes: (0..PROCESSES)
+            .map(|pid| ProcessUsage {
+                key: ProcessKey {
+                    pid: pid + 1,
+                    start_time: Duration::from_secs(1),
+                },
+                cpu_time: Duration::from_millis(step * u64::from(pid % 97)),
+                info: infos[(pid % 100) as usize].clone(),
+                exited: false,
+                counters: None,
+            })
+            .collect(),
+    }
+}
+
+fn bench(c: &mut Criterion) {
+    let infos: Vec<Arc<ProcessInfo>> = (0..100)
+        .map(|i| {
+            let container = (i % 2 == 0).then(|| {
+                Arc::new(ContainerRef {
+                    id: format!("{i:064x}"),
+                    name: String::new(),
+                    runtime: Runtime::Containerd,
+                    pod: Some(Arc::new(PodRef {
+                        id: format!("pod-{}", i % 10),
+                        ..PodRef::default()
+                    })),
+                })
+            });
+            Arc::new(ProcessInfo {
+                comm: format!("proc{i}"),
+                workload: WorkloadIdentity {
+                    process_type: ProcessType::Container,
+                    container,
+                    vm: None,
+                },
+                ..ProcessInfo::default()
+            })
+        })
+        .collect();
+    let zones: Vec<ZoneEnergy> = ["package", "core", "uncore", "dram"]
+        .iter()
+        .map(|z| ZoneEnergy {
+            zone: (*z).into(),
+            path: format!("/sys/class/powercap/{z}").into(),
+            energy: MicroJoules(123_456_789),
+        })
+        .collect();
+    let snapshots: Vec<UsageSnapshot> = (0..2).map(|s| usage(s, &infos)).collect();
+    let mut attributor = Attributor::new(AttributionConfig::default());
+    attributor.tick(Tick {
+        usage: &snapshots[0],
+        energy: None,
+        interval: Duration::from_secs(5),
+    });
+    // Steady state: every process known, each using some CPU each tick. Advancing the usage in
+    // place costs ~10 µs of the measured time, against a target of 2 ms.
+    let mut current = snapshots[1].clone();
+    c.bench_function("attribute_10k_processes_4_zones", |b| {
+        b.iter(|| {
+            current.uptime += Duration::from_secs(5);
+            current.node.total += Duration::from_secs(10);
+            current.node.idle += Duration::from_secs(5);
+            for (i, p) in current.processes.iter_mut().enumerate() {
+                p.cpu_time += Duration::from_millis(1 + (i as u64 % 97));
+            }
+            attributor.tick(Tick {
+                usage: &current,
+                energy: Some(&zones),
+                interval: Duration::from_secs(5),
+            })
+        })
+    });
+}
+
+criterion_group!(benches, bench);
+criterion_main!(benches);

@@ -115,6 +115,12 @@ pub fn counter_delta(
     }
 }
 
+/// Running sum of one zone's readings; `energy` is `None` once any reading failed.
+struct ZoneSum {
+    energy: Option<MicroJoules>,
+    paths: Vec<Arc<str>>,
+}
+
 /// The energy of each zone between two snapshots of the same meter. Readings sharing a zone
 /// name are summed; if any of them cannot give a delta, the whole zone is left out for this
 /// interval (a partial sum would be a wrong number) and the issue is returned.
@@ -131,7 +137,7 @@ pub fn zone_energies(
 
     // Zone order follows first appearance in the current snapshot, so output is stable.
     let mut order: Vec<Arc<str>> = Vec::new();
-    let mut sums: HashMap<Arc<str>, (Result<MicroJoules, ()>, Vec<Arc<str>>)> = HashMap::new();
+    let mut sums: HashMap<Arc<str>, ZoneSum> = HashMap::new();
     let mut issues = Vec::new();
 
     for reading in &current.readings {
@@ -147,17 +153,20 @@ pub fn zone_energies(
         };
         let entry = sums.entry(reading.zone.clone()).or_insert_with(|| {
             order.push(reading.zone.clone());
-            (Ok(MicroJoules::ZERO), Vec::new())
+            ZoneSum {
+                energy: Some(MicroJoules::ZERO),
+                paths: Vec::new(),
+            }
         });
-        entry.1.push(reading.path.clone());
+        entry.paths.push(reading.path.clone());
         match delta {
             Ok(d) => {
-                if let Ok(sum) = &mut entry.0 {
+                if let Some(sum) = &mut entry.energy {
                     *sum += d;
                 }
             }
             Err(issue) => {
-                entry.0 = Err(());
+                entry.energy = None;
                 issues.push(issue);
             }
         }
@@ -166,9 +175,9 @@ pub fn zone_energies(
     let energies = order
         .into_iter()
         .filter_map(|zone| {
-            let (sum, paths) = sums.remove(&zone)?;
-            let energy = sum.ok()?;
-            let path = match paths.as_slice() {
+            let sum = sums.remove(&zone)?;
+            let energy = sum.energy?;
+            let path = match sum.paths.as_slice() {
                 [single] => single.clone(),
                 _ => Arc::from(format!("aggregated-{zone}")),
             };

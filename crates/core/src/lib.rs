@@ -17,7 +17,7 @@ pub use snapshot::{
     ContainerPower, IdlePolicyState, NodeZone, PodPower, PowerSnapshot, ProcessPower, VmPower,
     WorkloadState, ZoneValue,
 };
-pub use source::{PowerMeter, ReadError, Unavailable, UsageSource};
+pub use source::{PowerMeter, Provenance, ReadError, Unavailable, UsageSource};
 pub use units::{MicroJoules, Watts};
 pub use usage::{
     CpuInfo, NodeCpuTimes, ProcessInfo, ProcessKey, ProcessUsage, TaskCounters, UsageSnapshot,

@@ -33,15 +33,35 @@ pub enum ReadError {
     Other(String),
 }
 
+/// Where a meter's numbers come from; exported so users can tell real watts from estimates.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum Provenance {
+    Measured,
+    Estimated,
+    /// The development fake meter: neither measured nor estimated.
+    Synthetic,
+}
+
+impl Provenance {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Provenance::Measured => "measured",
+            Provenance::Estimated => "estimated",
+            Provenance::Synthetic => "synthetic",
+        }
+    }
+}
+
 /// A node power meter: reads every zone it provides at one instant.
 pub trait PowerMeter: Send {
     /// Short name used in config and logs (`rapl`, `hwmon`, `fake`, `model`, ...).
     fn name(&self) -> &str;
-    /// Whether the numbers are measured by hardware or estimated by a model.
-    fn estimated(&self) -> bool {
-        false
+    /// Where the numbers come from: hardware, a model, or a development simulation.
+    fn provenance(&self) -> Provenance {
+        Provenance::Measured
     }
-    /// Zone names this meter reports (before summing sockets), for probing and info metrics.
+    /// Zone name of every reading this meter reports, in order; a name repeats once per socket
+    /// (sockets are summed later, by `zone_energies`).
     fn zones(&self) -> Vec<String>;
     /// Appends one reading per zone to `out` (cleared by the caller).
     fn read(&mut self, out: &mut Vec<ZoneReading>) -> Result<(), ReadError>;

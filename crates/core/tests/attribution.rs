@@ -1,0 +1,366 @@
+//! Invariants of attribution over random ticks (DESIGN §5).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use kepler_core::*;
+use proptest::prelude::*;
+
+fn container(id: &str, pod: Option<&str>) -> Arc<ContainerRef> {
+    Arc::new(ContainerRef {
+        id: id.into(),
+        name: String::new(),
+        runtime: Runtime::Containerd,
+        pod: pod.map(|p| {
+            Arc::new(PodRef {
+                id: p.into(),
+                ..PodRef::default()
+            })
+        }),
+    })
+}
+
+fn info(container: Option<Arc<ContainerRef>>, vm: Option<&str>) -> Arc<ProcessInfo> {
+    Arc::new(ProcessInfo {
+        comm: "x".into(),
+        workload: WorkloadIdentity {
+            process_type: if container.is_some() {
+                ProcessType::Container
+            } else {
+                ProcessType::Regular
+            },
+            container,
+            vm: vm.map(|v| {
+                Arc::new(VmRef {
+                    id: v.into(),
+                    name: v.into(),
+                    hypervisor: "kvm".into(),
+                })
+            }),
+        },
+        ..ProcessInfo::default()
+    })
+}
+
+fn usage(uptime_s: u64, busy: u64, procs: Vec<(u32, u64, u64, Arc<ProcessInfo>)>) -> UsageSnapshot {
+    UsageSnapshot {
+        uptime: Duration::from_secs(uptime_s),
+        node: NodeCpuTimes {
+            total: Duration::from_secs(uptime_s * 2),
+            idle: Duration::from_secs(uptime_s * 2 - busy),
+            iowait: Duration::ZERO,
+        },
+        processes: procs
+            .into_iter()
+            .map(|(pid, start, cpu_ms, info)| ProcessUsage {
+                key: ProcessKey {
+                    pid,
+                    start_time: Duration::from_secs(start),
+                },
+                cpu_time: Duration::from_millis(cpu_ms),
+                info,
+                exited: false,
+                counters: None,
+            })
+            .collect(),
+    }
+}
+
+fn zone(name: &str, uj: u64) -> ZoneEnergy {
+    ZoneEnergy {
+        zone: name.into(),
+        path: format!("/{name}").into(),
+        energy: MicroJoules(uj),
+    }
+}
+
+fn sum_process_zone(s: &PowerSnapshot, z: usize) -> u64 {
+    s.processes.iter().map(|p| p.zones[z].energy.0).sum()
+}
+
+#[test]
+fn first_tick_is_a_baseline_and_later_ticks_split_by_cpu_time() {
+    let mut a = Attributor::new(AttributionConfig::default());
+    let i = info(None, None);
+    let s0 = a.tick(Tick {
+        usage: &usage(
+            100,
+            10,
+            vec![(1, 1, 5000, i.clone()), (2, 1, 1000, i.clone())],
+        ),
+        energy: None,
+        interval: Duration::from_secs(1),
+    });
+    assert!(s0.zones.is_empty());
+    // pid 1 used 3 s, pid 2 used 1 s; 50% busy → half the energy is active.
+    let s1 = a.tick(Tick {
+        usage: &usage(
+            102,
+            12,
+            vec![(1, 1, 8000, i.clone()), (2, 1, 2000, i.clone())],
+        ),
+        energy: Some(&[zone("package", 8_000_000)]),
+        interval: Duration::from_secs(2),
+    });
+    assert_eq!(s1.zones[0].active.energy, MicroJoules(4_000_000));
+    assert_eq!(s1.zones[0].idle.energy, MicroJoules(4_000_000));
+    let by_pid = |pid| {
+        s1.processes
+            .iter()
+            .find(|p| p.key.pid == pid)
+            .map(|p| p.zones[0].energy.0)
+            .unwrap()
+    };
+    assert_eq!(by_pid(1), 3_000_000);
+    assert_eq!(by_pid(2), 1_000_000);
+    assert!((s1.zones[0].total.watts.0 - 4.0).abs() < 1e-9);
+}
+
+#[test]
+fn a_process_started_since_the_last_tick_counts_all_its_time() {
+    let mut a = Attributor::new(AttributionConfig::default());
+    let i = info(None, None);
+    a.tick(Tick {
+        usage: &usage(100, 0, vec![(1, 1, 1000, i.clone())]),
+        energy: None,
+        interval: Duration::from_secs(1),
+    });
+    let s = a.tick(Tick {
+        // pid 1 used nothing; pid 7 started at 101 s and used 1 s.
+        usage: &usage(
+            102,
+            2,
+            vec![(1, 1, 1000, i.clone()), (7, 101, 1000, i.clone())],
+        ),
+        energy: Some(&[zone("package", 1_000_000)]),
+        interval: Duration::from_secs(2),
+    });
+    let p7 = s.processes.iter().find(|p| p.key.pid == 7).unwrap();
+    assert_eq!(p7.zones[0].energy, s.zones[0].active.energy);
+}
+
+#[test]
+fn ended_processes_keep_their_energy_then_expire() {
+    let config = AttributionConfig {
+        idle: IdlePolicy::Ratio,
+        terminated: TerminatedPolicy {
+            retention: Duration::from_secs(10),
+            max: Some(10),
+            min_energy: MicroJoules(1),
+        },
+    };
+    let mut a = Attributor::new(config);
+    let c = container("c1", Some("pod1"));
+    let i = info(Some(c), None);
+    a.tick(Tick {
+        usage: &usage(100, 0, vec![(1, 1, 0, i.clone())]),
+        energy: Some(&[]),
+        interval: Duration::from_secs(1),
+    });
+    let s = a.tick(Tick {
+        usage: &usage(101, 2, vec![(1, 1, 1000, i.clone())]),
+        energy: Some(&[zone("package", 1_000_000)]),
+        interval: Duration::from_secs(1),
+    });
+    let energy = s.processes[0].zones[0].energy;
+    assert!(energy.0 > 0);
+    let s = a.tick(Tick {
+        usage: &usage(102, 2, vec![]),
+        energy: Some(&[zone("package", 1_000_000)]),
+        interval: Duration::from_secs(1),
+    });
+    assert_eq!(s.processes[0].state, WorkloadState::Terminated);
+    assert_eq!(s.processes[0].zones[0].energy, energy);
+    assert_eq!(s.processes[0].zones[0].watts, Watts(0.0));
+    assert_eq!(s.containers[0].state, WorkloadState::Terminated);
+    assert_eq!(s.containers[0].zones[0].energy, energy);
+    assert_eq!(s.pods[0].zones[0].energy, energy);
+    let s = a.tick(Tick {
+        usage: &usage(120, 2, vec![]),
+        energy: Some(&[zone("package", 1_000_000)]),
+        interval: Duration::from_secs(18),
+    });
+    assert!(s.processes.is_empty());
+    assert!(s.containers.is_empty());
+    assert!(s.pods.is_empty());
+}
+
+#[test]
+fn only_the_most_energetic_ended_processes_are_kept() {
+    let config = AttributionConfig {
+        idle: IdlePolicy::Ratio,
+        terminated: TerminatedPolicy {
+            retention: Duration::from_secs(100),
+            max: Some(1),
+            min_energy: MicroJoules(10),
+        },
+    };
+    let mut a = Attributor::new(config);
+    let i = info(None, None);
+    a.tick(Tick {
+        usage: &usage(
+            100,
+            0,
+            vec![
+                (1, 1, 0, i.clone()),
+                (2, 1, 0, i.clone()),
+                (3, 1, 0, i.clone()),
+            ],
+        ),
+        energy: None,
+        interval: Duration::from_secs(1),
+    });
+    a.tick(Tick {
+        usage: &usage(
+            101,
+            2,
+            vec![
+                (1, 1, 100, i.clone()),
+                (2, 1, 300, i.clone()),
+                (3, 1, 0, i.clone()),
+            ],
+        ),
+        energy: Some(&[zone("package", 1_000_000)]),
+        interval: Duration::from_secs(1),
+    });
+    let s = a.tick(Tick {
+        usage: &usage(102, 2, vec![]),
+        energy: Some(&[zone("package", 1_000_000)]),
+        interval: Duration::from_secs(1),
+    });
+    // pid 3 had no energy (below the threshold), pid 1 had less than pid 2.
+    let pids: Vec<u32> = s.processes.iter().map(|p| p.key.pid).collect();
+    assert_eq!(pids, vec![2]);
+}
+
+#[test]
+fn measured_baseline_learns_the_lowest_low_usage_power() {
+    let mut a = Attributor::new(AttributionConfig {
+        idle: IdlePolicy::Baseline {
+            configured: None,
+            low_usage_ratio: 0.2,
+        },
+        terminated: TerminatedPolicy::default(),
+    });
+    let i = info(None, None);
+    a.tick(Tick {
+        usage: &usage(100, 0, vec![(1, 1, 0, i.clone())]),
+        energy: None,
+        interval: Duration::from_secs(1),
+    });
+    // 10% busy at 20 W: baseline 20 W, all of it idle... less the capped remainder.
+    let s = a.tick(Tick {
+        usage: &usage(101, 0, vec![(1, 1, 200, i.clone())]),
+        energy: Some(&[zone("package", 20_000_000)]),
+        interval: Duration::from_secs(1),
+    });
+    assert_eq!(
+        s.idle_policy,
+        IdlePolicyState::Baseline {
+            configured: false,
+            watts: vec![Some(Watts(20.0))]
+        }
+    );
+    // 100% busy at 50 W: idle stays at the 20 W baseline instead of going to zero.
+    let s = a.tick(Tick {
+        usage: &usage(102, 2, vec![(1, 1, 2200, i.clone())]),
+        energy: Some(&[zone("package", 50_000_000)]),
+        interval: Duration::from_secs(1),
+    });
+    assert_eq!(s.zones[0].idle.energy, MicroJoules(40_000_000));
+    assert_eq!(s.zones[0].active.energy, MicroJoules(30_000_000));
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(200))]
+
+    /// Σ process active energy = node active energy exactly; active + idle = total; every
+    /// counter is monotonic; containers, pods and VMs hold exactly their members' energy.
+    #[test]
+    fn energy_is_conserved_and_counters_never_decrease(
+        ticks in proptest::collection::vec(
+            (
+                proptest::collection::vec((1u32..40, 0u64..3000), 0..30),
+                0u64..50_000_000,
+                0u64..20_000_000,
+                0u64..=2,
+                any::<bool>(),
+            ),
+            1..12,
+        ),
+        baseline in any::<bool>(),
+    ) {
+        let idle = if baseline {
+            IdlePolicy::Baseline { configured: None, low_usage_ratio: 0.3 }
+        } else {
+            IdlePolicy::Ratio
+        };
+        let mut a = Attributor::new(AttributionConfig {
+            idle,
+            terminated: TerminatedPolicy { retention: Duration::from_secs(3600), max: None, min_energy: MicroJoules(0) },
+        });
+        let infos: Vec<Arc<ProcessInfo>> = (0..40)
+            .map(|i| match i % 4 {
+                0 => info(Some(container(&format!("c{}", i % 3), Some(&format!("p{}", i % 2)))), None),
+                1 => info(None, Some(&format!("vm{}", i % 2))),
+                _ => info(None, None),
+            })
+            .collect();
+        let mut cumulative = vec![0u64; 40];
+        let mut previous: Option<PowerSnapshot> = None;
+        let mut uptime = 1000u64;
+        let mut busy = 0u64;
+        for (procs, package_uj, dram_uj, busy_step, drop_dram) in ticks {
+            uptime += 2;
+            busy += busy_step;
+            let mut seen = std::collections::BTreeMap::new();
+            for (pid, add_ms) in procs {
+                seen.entry(pid).or_insert(add_ms);
+            }
+            let list: Vec<_> = seen
+                .into_iter()
+                .map(|(pid, add)| {
+                    cumulative[pid as usize] += add;
+                    (pid, 1, cumulative[pid as usize], infos[pid as usize].clone())
+                })
+                .collect();
+            let mut zones = vec![zone("package", package_uj)];
+            if !drop_dram {
+                zones.push(zone("dram", dram_uj));
+            }
+            let s = a.tick(Tick {
+                usage: &usage(uptime, busy, list),
+                energy: Some(&zones),
+                interval: Duration::from_secs(2),
+            });
+            for (z, node) in s.zones.iter().enumerate() {
+                prop_assert_eq!(node.active.energy + node.idle.energy, node.total.energy);
+                let procs = sum_process_zone(&s, z);
+                prop_assert_eq!(procs + node.unattributed.0, node.active.energy.0);
+                let in_containers: u64 = s.containers.iter().map(|c| c.zones[z].energy.0).sum();
+                let container_members: u64 = s.processes.iter().filter(|p| p.info.workload.container.is_some()).map(|p| p.zones[z].energy.0).sum();
+                prop_assert_eq!(in_containers, container_members);
+                let in_pods: u64 = s.pods.iter().map(|p| p.zones[z].energy.0).sum();
+                prop_assert_eq!(in_pods, container_members);
+                let in_vms: u64 = s.vms.iter().map(|v| v.zones[z].energy.0).sum();
+                let vm_members: u64 = s.processes.iter().filter(|p| p.info.workload.vm.is_some()).map(|p| p.zones[z].energy.0).sum();
+                prop_assert_eq!(in_vms, vm_members);
+            }
+            if let Some(prev) = &previous {
+                for (z, node) in prev.zones.iter().enumerate() {
+                    prop_assert!(s.zones[z].total.energy >= node.total.energy);
+                    prop_assert!(s.zones[z].active.energy >= node.active.energy);
+                    prop_assert!(s.zones[z].idle.energy >= node.idle.energy);
+                }
+                for p in &prev.processes {
+                    let now = s.processes.iter().find(|q| q.key == p.key).unwrap();
+                    for (z, v) in p.zones.iter().enumerate() {
+                        prop_assert!(now.zones[z].energy >= v.energy);
+                    }
+                    prop_assert!(now.cpu_time >= p.cpu_time);
+                }
+            }
+            previous = Some(s);
+        }
+    }
+}

@@ -1,0 +1,270 @@
+//! The hwmon meter on simulated sysfs trees.
+
+use std::time::Duration;
+
+use kepler_core::{
+    zone_energies, EnergySnapshot, MicroJoules, PowerMeter, ReadError, Watts, ZoneReading,
+    ZoneSample,
+};
+use kepler_meters::fixtures::HwmonTree;
+use kepler_meters::HwmonMeter;
+
+fn read(meter: &mut HwmonMeter) -> Vec<ZoneReading> {
+    let mut out = Vec::new();
+    meter.read(&mut out).unwrap();
+    out
+}
+
+fn watts(r: &ZoneReading) -> f64 {
+    match r.sample {
+        ZoneSample::Power(Watts(w)) => w,
+        ZoneSample::Energy { .. } => panic!("{} should be a power reading", r.path),
+    }
+}
+
+fn none() -> Vec<String> {
+    Vec::new()
+}
+
+/// A host with one chip of each kind this meter understands, plus chips it must ignore.
+fn mixed_host(sysfs: &std::path::Path) -> HwmonTree {
+    let mut tree = HwmonTree::create(sysfs).unwrap();
+    // hwmon0: temperatures only.
+    tree.add_chip(
+        Some("coretemp"),
+        &[
+            ("temp1_input", "45000\n"),
+            ("temp1_label", "Package id 0\n"),
+        ],
+    )
+    .unwrap();
+    // hwmon1: the ACPI power meter, 215.5 W.
+    tree.add_chip(
+        Some("power_meter"),
+        &[
+            ("power1_average", "215500000\n"),
+            ("power1_average_interval", "1000\n"),
+        ],
+    )
+    .unwrap();
+    // hwmon2: an energy counter, with a power file on the same channel that must not be read too.
+    tree.add_linked_chip(
+        Some("amd_energy"),
+        &[("energy1_input", "123456789\n"), ("power1_input", "1\n")],
+    )
+    .unwrap();
+    // hwmon3: labelled power, average preferred over input.
+    tree.add_chip(
+        Some("zenpower"),
+        &[
+            ("power1_average", "30000000\n"),
+            ("power1_input", "31000000\n"),
+            ("power1_label", "SVI2 P Core\n"),
+        ],
+    )
+    .unwrap();
+    // hwmon4: only voltage and current; in1 has no current and in3 no voltage partner.
+    tree.add_linked_chip(
+        Some("ina3221"),
+        &[
+            ("in0_input", "12000\n"),
+            ("curr0_input", "1500\n"),
+            ("in1_input", "5000\n"),
+            ("in2_input", "3300\n"),
+            ("curr2_input", "2000\n"),
+            ("curr3_input", "1\n"),
+        ],
+    )
+    .unwrap();
+    tree
+}
+
+#[test]
+fn each_kind_of_chip_is_read() {
+    let dir = tempfile::tempdir().unwrap();
+    let _tree = mixed_host(dir.path());
+    let mut meter = HwmonMeter::open(dir.path(), &none()).unwrap();
+    assert_eq!(meter.name(), "hwmon");
+    assert_eq!(
+        meter.zones(),
+        vec![
+            "platform",
+            "amd_energy",
+            "svi2_p_core",
+            "ina3221-in0",
+            "ina3221-in2"
+        ]
+    );
+
+    let r = read(&mut meter);
+    let class = dir.path().join("class/hwmon");
+    assert_eq!(
+        &*r[0].path,
+        class.join("hwmon1/power1_average").to_str().unwrap()
+    );
+    assert!((watts(&r[0]) - 215.5).abs() < 1e-9);
+
+    assert_eq!(
+        &*r[1].path,
+        class.join("hwmon2/energy1_input").to_str().unwrap()
+    );
+    assert_eq!(
+        r[1].sample,
+        ZoneSample::Energy {
+            counter: MicroJoules(123_456_789),
+            max: None
+        }
+    );
+
+    assert!(r[2].path.ends_with("hwmon3/power1_average"));
+    assert!((watts(&r[2]) - 30.0).abs() < 1e-9);
+
+    // 12 V × 1.5 A and 3.3 V × 2 A.
+    assert!((watts(&r[3]) - 18.0).abs() < 1e-9);
+    assert!((watts(&r[4]) - 6.6).abs() < 1e-9);
+    assert_eq!(
+        &*r[3].path,
+        format!("{}*curr0_input", class.join("hwmon4/in0_input").display())
+    );
+}
+
+#[test]
+fn readings_follow_the_files_and_integrate_in_core() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut tree = HwmonTree::create(dir.path()).unwrap();
+    let acpi = tree
+        .add_chip(Some("power_meter"), &[("power1_average", "100000000\n")])
+        .unwrap();
+    let energy = tree
+        .add_linked_chip(Some("amd_energy"), &[("energy1_input", "1000\n")])
+        .unwrap();
+    let mut meter = HwmonMeter::open(dir.path(), &none()).unwrap();
+
+    let before = EnergySnapshot {
+        at: Duration::from_secs(10),
+        readings: read(&mut meter),
+    };
+    HwmonTree::write(&acpi, "power1_average", "200000000\n").unwrap();
+    HwmonTree::write(&energy, "energy1_input", "5001000\n").unwrap();
+    let after = EnergySnapshot {
+        at: Duration::from_secs(12),
+        readings: read(&mut meter),
+    };
+
+    let (energies, issues) = zone_energies(&before, &after);
+    assert!(issues.is_empty(), "{issues:?}");
+    assert_eq!(&*energies[0].zone, "platform");
+    assert_eq!(energies[0].energy, MicroJoules(400_000_000));
+    assert_eq!(&*energies[1].zone, "amd_energy");
+    assert_eq!(energies[1].energy, MicroJoules(5_000_000));
+}
+
+#[test]
+fn attributes_in_the_device_directory_are_found() {
+    // Older ACPI power meter drivers keep name and attributes under hwmonN/device/.
+    let dir = tempfile::tempdir().unwrap();
+    let mut tree = HwmonTree::create(dir.path()).unwrap();
+    tree.add_linked_chip(
+        None,
+        &[
+            ("device/name", "power_meter\n"),
+            ("device/power1_average", "90000000\n"),
+        ],
+    )
+    .unwrap();
+    let mut meter = HwmonMeter::open(dir.path(), &none()).unwrap();
+    let r = read(&mut meter);
+    assert_eq!(&*r[0].zone, "platform");
+    assert!(
+        r[0].path.ends_with("hwmon0/device/power1_average"),
+        "{}",
+        r[0].path
+    );
+    assert!((watts(&r[0]) - 90.0).abs() < 1e-9);
+}
+
+#[test]
+fn several_unlabelled_power_sensors_are_numbered() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut tree = HwmonTree::create(dir.path()).unwrap();
+    tree.add_chip(
+        Some("ina2xx"),
+        &[("power1_input", "1000000\n"), ("power2_input", "2000000\n")],
+    )
+    .unwrap();
+    let meter = HwmonMeter::open(dir.path(), &none()).unwrap();
+    assert_eq!(meter.zones(), vec!["ina2xx-power1", "ina2xx-power2"]);
+}
+
+#[test]
+fn zone_filter_keeps_named_zones() {
+    let dir = tempfile::tempdir().unwrap();
+    let _tree = mixed_host(dir.path());
+    let meter = HwmonMeter::open(
+        dir.path(),
+        &["PLATFORM".to_string(), "svi2_p_core".to_string()],
+    )
+    .unwrap();
+    assert_eq!(meter.zones(), vec!["platform", "svi2_p_core"]);
+
+    let err = HwmonMeter::open(dir.path(), &["gpu".to_string()]).unwrap_err();
+    assert!(
+        err.reason
+            .contains("no hwmon zone matches experimental.hwmon.zones"),
+        "{err}"
+    );
+    assert!(err.reason.contains("\"platform\""), "{err}");
+}
+
+#[test]
+fn unreadable_sensor_is_skipped_at_open_and_an_error_later() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut tree = HwmonTree::create(dir.path()).unwrap();
+    let acpi = tree
+        .add_chip(Some("power_meter"), &[("power1_average", "100000000\n")])
+        .unwrap();
+    // A directory stands in for a file the driver cannot read (ENODATA on real ACPI meters).
+    tree.add_chip(Some("broken"), &[("power1_input/x", "")])
+        .unwrap();
+    let mut meter = HwmonMeter::open(dir.path(), &none()).unwrap();
+    assert_eq!(meter.zones(), vec!["platform"]);
+
+    std::fs::remove_file(acpi.join("power1_average")).unwrap();
+    let mut out = Vec::new();
+    assert!(matches!(meter.read(&mut out), Err(ReadError::Io { .. })));
+}
+
+#[test]
+fn unavailable_reasons_are_precise() {
+    let dir = tempfile::tempdir().unwrap();
+    let err = HwmonMeter::open(dir.path(), &none()).unwrap_err();
+    assert!(
+        err.reason
+            .ends_with("class/hwmon not found: kernel without hwmon support"),
+        "{err}"
+    );
+
+    let mut tree = HwmonTree::create(dir.path()).unwrap();
+    let err = HwmonMeter::open(dir.path(), &none()).unwrap_err();
+    assert!(err.reason.starts_with("no hwmon chips in"), "{err}");
+
+    tree.add_chip(Some("coretemp"), &[("temp1_input", "40000\n")])
+        .unwrap();
+    tree.add_linked_chip(Some("nct6775"), &[("in0_input", "900\n")])
+        .unwrap();
+    let err = HwmonMeter::open(dir.path(), &none()).unwrap_err();
+    assert_eq!(
+        err.reason,
+        "no hwmon chip reports power or energy (chips: coretemp, nct6775)"
+    );
+
+    tree.add_chip(Some("power_meter"), &[("power1_average", "garbage\n")])
+        .unwrap();
+    let err = HwmonMeter::open(dir.path(), &none()).unwrap_err();
+    assert!(
+        err.reason
+            .starts_with("no readable hwmon power or energy sensor:"),
+        "{err}"
+    );
+    assert!(err.reason.contains("power1_average"), "{err}");
+}
