@@ -54,7 +54,7 @@ fn single_socket_reports_raw_counters_and_paths() {
 
     let mut meter = RaplMeter::open(dir.path(), &none()).unwrap();
     assert_eq!(meter.name(), "rapl");
-    assert!(!meter.estimated());
+    assert_eq!(meter.provenance(), kepler_core::Provenance::Measured);
     assert_eq!(meter.zones(), vec!["package", "core", "dram"]);
 
     let r = read(&mut meter);
