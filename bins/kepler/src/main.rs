@@ -1,1 +1,20 @@
-fn main() {}
+use anyhow::Result;
+use clap::Parser;
+use kepler_agent::cli::{Cli, Command};
+use kepler_agent::config::Config;
+
+fn main() -> Result<()> {
+    let cli = Cli::parse();
+    let loaded = Config::load(cli.config_file.as_deref(), &cli.overrides())?;
+    kepler_agent::init_logging(&loaded.config)?;
+    for key in &loaded.unknown_keys {
+        tracing::warn!(key = %key, "unknown config key ignored");
+    }
+    match cli.command {
+        Some(Command::Probe) => {
+            print!("{}", kepler_agent::probe::report(&loaded.config));
+            Ok(())
+        }
+        None => kepler_agent::agent::run(loaded.config),
+    }
+}

@@ -8,7 +8,8 @@ use crate::workload::WorkloadIdentity;
 /// Cumulative node CPU times from `/proc/stat` (all CPUs together).
 #[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
 pub struct NodeCpuTimes {
-    /// Sum of every field of the `cpu` line.
+    /// user + nice + system + idle + iowait + irq + softirq + steal of the `cpu` line (guest
+    /// time is already inside user and nice, so it is not added again).
     pub total: Duration,
     pub idle: Duration,
     pub iowait: Duration,
@@ -43,8 +44,9 @@ pub struct ProcessInfo {
     pub comm: String,
     pub exe: String,
     pub cmdline: Vec<String>,
-    /// The cgroup path of the process (the unified hierarchy's when present, else the first
-    /// controller's), as in `/proc/<pid>/cgroup`.
+    /// The cgroup path of the process as in `/proc/<pid>/cgroup`: on hybrid hosts the `cpu`
+    /// controller's (container runtimes with the cgroupfs driver place it there), else the
+    /// unified hierarchy's, else any non-root controller's.
     pub cgroup_path: String,
     /// Kernel cgroup id (inode of the cgroup directory) when the source knows it (eBPF).
     pub cgroup_id: Option<u64>,

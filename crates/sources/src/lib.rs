@@ -1,1 +1,10 @@
-//! kepler-sources
+//! Usage sources for kepler-rs: where per-process and node CPU time come from.
+//!
+//! [`procfs::ProcfsSource`] scans a procfs tree each tick, reading only `/proc/<pid>/stat` for
+//! processes it already knows and everything that identifies a process (exe, command line,
+//! cgroup, and the workload a [`kepler_core::Classifier`] derives from them) once per process.
+//! Every path is relative to a configurable root so the readers run on fixture trees.
+
+pub mod procfs;
+
+pub use procfs::{probe, read_cpu_info, ProcfsSource};

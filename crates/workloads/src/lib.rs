@@ -1,1 +1,16 @@
-//! kepler-workloads
+//! Workload identity for kepler-rs: which container, pod or virtual machine a process is part
+//! of.
+//!
+//! [`CgroupClassifier`] implements [`kepler_core::Classifier`]: sources call it once per new
+//! process with what they read about it. Containers and pod UIDs come from the process's cgroup
+//! path ([`container_from_cgroup_path`]), VMs from a hypervisor's command line
+//! ([`vm_from_cmdline`]). Names of containers and pods are not in those paths; they are left
+//! empty here, for a Kubernetes-aware layer to fill in.
+
+mod cgroup;
+mod classifier;
+mod vm;
+
+pub use cgroup::container_from_cgroup_path;
+pub use classifier::CgroupClassifier;
+pub use vm::vm_from_cmdline;

@@ -1,0 +1,206 @@
+//! Wires configuration, sources, meters, attribution and the exporter into the running agent.
+
+use std::sync::mpsc::{self, RecvTimeoutError};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result};
+use kepler_core::{
+    AttributionConfig, Attributor, IdlePolicy, MicroJoules, PowerSnapshot, TerminatedPolicy, Watts,
+};
+use kepler_exporters::{AgentState, AgentStats, ExportContext, MetricsLevel, Readiness};
+use tracing::{error, info, warn};
+
+use crate::config::Config;
+use crate::sampler::Sampler;
+use crate::setup;
+
+/// Runs the agent until SIGINT or SIGTERM.
+pub fn run(config: Config) -> Result<()> {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("starting the async runtime")?;
+
+    let node_name = setup::node_name(&config);
+    let mut context = ExportContext::new(node_name.clone());
+    context.levels = MetricsLevel::parse(&config.exporter.prometheus.metrics_level)
+        .context("exporter.prometheus.metricsLevel")?;
+    context.build = setup::build_info();
+    context.cpu_info = match kepler_sources::read_cpu_info(&config.host.procfs) {
+        Ok(cpus) => Arc::from(cpus),
+        Err(e) => {
+            warn!(error = %e, "cannot read cpuinfo; kepler_node_cpu_info stays empty");
+            Arc::from(Vec::new())
+        }
+    };
+    let state = Arc::new(AgentState::new(context));
+
+    let (meter, reports) = setup::select_meter(&config);
+    let source = setup::usage_source(&config)?;
+    info!(
+        node = %node_name,
+        source = source.name(),
+        meter = meter.as_ref().map(|m| m.name()).unwrap_or("none"),
+        interval = ?config.monitor.interval.0,
+        "starting"
+    );
+    match &meter {
+        Some(meter) => state.set_readiness(Readiness::not_ready(format!(
+            "waiting for the first interval of meter {}",
+            meter.name()
+        ))),
+        None => {
+            let reason = format!(
+                "no power meter available ({}); exporting usage only",
+                setup::describe_failures(&reports)
+            );
+            warn!("{reason}");
+            state.set_readiness(Readiness::not_ready(reason));
+        }
+    }
+    let sampler = Sampler::new(source, meter, Attributor::new(attribution_config(&config)));
+
+    let (stop_tx, stop_rx) = mpsc::channel::<()>();
+    let loop_state = state.clone();
+    let interval = config.monitor.interval.0;
+    let stdout = config.exporter.stdout.enabled;
+    let sampling = std::thread::Builder::new()
+        .name("kepler-sampler".into())
+        .spawn(move || sample_loop(sampler, loop_state, interval, stdout, stop_rx))
+        .context("starting the sampling thread")?;
+
+    let served = runtime.block_on(async {
+        let web = match &config.web.config_file {
+            Some(path) => Some(
+                kepler_exporters::WebConfig::load(path)
+                    .with_context(|| format!("web.configFile {}", path.display()))?,
+            ),
+            None => None,
+        };
+        if !config.exporter.prometheus.enabled {
+            shutdown_signal().await;
+            return Ok(());
+        }
+        let server = kepler_exporters::bind(&config.web.listen_addresses, web)
+            .await
+            .context("web.listenAddresses")?;
+        for addr in server.local_addrs() {
+            info!(%addr, tls = server.is_tls(), "serving /metrics");
+        }
+        server
+            .serve(state.clone(), shutdown_signal())
+            .await
+            .context("serving metrics")
+    });
+    // Stop sampling whether serving ended by a signal or an error.
+    let _ = stop_tx.send(());
+    if sampling.join().is_err() {
+        error!("sampling thread panicked");
+    }
+    info!("stopped");
+    served
+}
+
+fn attribution_config(config: &Config) -> AttributionConfig {
+    let idle = match config.attribution.idle_policy.as_str() {
+        "baseline" => IdlePolicy::Baseline {
+            configured: config.attribution.idle_baseline_watts.map(Watts),
+            low_usage_ratio: config.attribution.low_usage_ratio,
+        },
+        _ => IdlePolicy::Ratio,
+    };
+    let max = match config.monitor.max_terminated {
+        n if n < 0 => None,
+        n => Some(usize::try_from(n).unwrap_or(usize::MAX)),
+    };
+    AttributionConfig {
+        idle,
+        terminated: TerminatedPolicy {
+            retention: config.monitor.terminated_retention.0,
+            max,
+            min_energy: MicroJoules(
+                (config.monitor.min_terminated_energy_threshold * 1e6).round() as u64,
+            ),
+        },
+    }
+}
+
+fn sample_loop(
+    mut sampler: Sampler,
+    state: Arc<AgentState>,
+    interval: Duration,
+    stdout: bool,
+    stop: mpsc::Receiver<()>,
+) {
+    let mut next = Instant::now();
+    let mut ticks = 0u64;
+    let mut zones_published = 0usize;
+    loop {
+        let started = Instant::now();
+        match sampler.tick() {
+            Ok(snapshot) => {
+                ticks += 1;
+                if snapshot.zones.len() != zones_published {
+                    zones_published = snapshot.zones.len();
+                    if let Some(meter) = sampler.meter() {
+                        state.set_zone_sources(setup::zone_sources(&snapshot, meter));
+                    }
+                }
+                let ready = sampler.meter().is_some() && snapshot.tick >= 2;
+                if stdout {
+                    print!("{}", crate::stdout::summary(&snapshot));
+                }
+                publish(&state, snapshot, started.elapsed(), ticks);
+                if ready && !state.readiness().is_ready() {
+                    state.set_readiness(Readiness::Ready);
+                }
+            }
+            Err(e) => warn!(error = %e, "tick failed; keeping the previous snapshot"),
+        }
+        // Fixed-rate schedule; after a stall, restart from now instead of catching up.
+        next += interval;
+        let now = Instant::now();
+        if next < now {
+            next = now + interval;
+        }
+        match stop.recv_timeout(next - now) {
+            Err(RecvTimeoutError::Timeout) => {}
+            Ok(()) | Err(RecvTimeoutError::Disconnected) => return,
+        }
+    }
+}
+
+fn publish(state: &AgentState, snapshot: PowerSnapshot, took: Duration, ticks: u64) {
+    state.publish(
+        Arc::new(snapshot),
+        AgentStats {
+            last_tick_duration: took,
+            ticks,
+        },
+    );
+}
+
+async fn shutdown_signal() {
+    let ctrl_c = async {
+        if let Err(e) = tokio::signal::ctrl_c().await {
+            error!(error = %e, "cannot listen for SIGINT");
+            std::future::pending::<()>().await;
+        }
+    };
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(e) => {
+                error!(error = %e, "cannot listen for SIGTERM");
+                std::future::pending::<()>().await;
+            }
+        }
+    };
+    tokio::select! {
+        _ = ctrl_c => info!("SIGINT received, shutting down"),
+        _ = term => info!("SIGTERM received, shutting down"),
+    }
+}

@@ -1,0 +1,130 @@
+//! One tick of the agent: read usage and power at (nearly) the same instant, turn the readings
+//! into interval energy, and attribute it. Kept free of HTTP and threads so tests drive it.
+
+use std::time::{Duration, Instant};
+
+use kepler_core::{
+    zone_energies, Attributor, EnergySnapshot, PowerMeter, PowerSnapshot, Tick, UsageSnapshot,
+    UsageSource, ZoneReading,
+};
+use tracing::{debug, warn};
+
+pub struct Sampler {
+    source: Box<dyn UsageSource>,
+    meter: Option<Box<dyn PowerMeter>>,
+    attributor: Attributor,
+    origin: Instant,
+    previous_usage: Option<UsageSnapshot>,
+    previous_energy: Option<EnergySnapshot>,
+    /// Reused for every meter read.
+    readings: Vec<ZoneReading>,
+    /// Set while the meter keeps failing, so the failure is logged once, not every tick.
+    meter_failing: bool,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum TickError {
+    #[error("usage source {source_name}: {error}")]
+    Usage {
+        source_name: String,
+        #[source]
+        error: kepler_core::ReadError,
+    },
+}
+
+impl Sampler {
+    pub fn new(
+        source: Box<dyn UsageSource>,
+        meter: Option<Box<dyn PowerMeter>>,
+        attributor: Attributor,
+    ) -> Self {
+        Sampler {
+            source,
+            meter,
+            attributor,
+            origin: Instant::now(),
+            previous_usage: None,
+            previous_energy: None,
+            readings: Vec::new(),
+            meter_failing: false,
+        }
+    }
+
+    pub fn meter(&self) -> Option<&dyn PowerMeter> {
+        self.meter.as_deref()
+    }
+
+    pub fn source_name(&self) -> &str {
+        self.source.name()
+    }
+
+    /// Takes one sample and returns the snapshot of the interval since the previous one. The
+    /// first call only sets baselines: its snapshot has usage but no energy.
+    pub fn tick(&mut self) -> Result<PowerSnapshot, TickError> {
+        let usage = self.source.snapshot().map_err(|error| TickError::Usage {
+            source_name: self.source.name().to_string(),
+            error,
+        })?;
+        let energy = self.read_meter(&usage);
+
+        let zones = match (&self.previous_energy, &energy) {
+            (Some(previous), Some(current)) => {
+                let (zones, issues) = zone_energies(previous, current);
+                for issue in issues {
+                    warn!(%issue, "energy sample dropped");
+                }
+                Some((zones, current.at.saturating_sub(previous.at)))
+            }
+            _ => None,
+        };
+        let interval = match (&zones, &self.previous_usage) {
+            (Some((_, interval)), _) => *interval,
+            (None, Some(previous)) => usage.uptime.saturating_sub(previous.uptime),
+            (None, None) => Duration::ZERO,
+        };
+        let snapshot = self.attributor.tick(Tick {
+            usage: &usage,
+            energy: zones.as_ref().map(|(z, _)| z.as_slice()),
+            interval,
+        });
+        debug!(
+            tick = snapshot.tick,
+            processes = usage.processes.len(),
+            ?interval,
+            "tick"
+        );
+        self.previous_usage = Some(usage);
+        self.previous_energy = energy;
+        Ok(snapshot)
+    }
+
+    fn read_meter(&mut self, usage: &UsageSnapshot) -> Option<EnergySnapshot> {
+        let meter = self.meter.as_mut()?;
+        if let Some(previous) = &self.previous_usage {
+            meter.observe_usage(previous, usage);
+        }
+        self.readings.clear();
+        let at = self.origin.elapsed();
+        match meter.read(&mut self.readings) {
+            Ok(()) => {
+                if self.meter_failing {
+                    warn!(meter = meter.name(), "meter readable again");
+                    self.meter_failing = false;
+                }
+                Some(EnergySnapshot {
+                    at,
+                    readings: self.readings.clone(),
+                })
+            }
+            Err(error) => {
+                // The next good reading starts a new baseline: energy across the gap is not
+                // known per interval, so it is counted nowhere rather than in the wrong tick.
+                if !self.meter_failing {
+                    warn!(meter = meter.name(), %error, "meter read failed; energy skipped until it recovers");
+                    self.meter_failing = true;
+                }
+                None
+            }
+        }
+    }
+}

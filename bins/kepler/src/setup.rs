@@ -1,0 +1,116 @@
+//! Choosing sources and meters for this host, and the facts the exporter labels with.
+
+use std::sync::Arc;
+
+use anyhow::{Context, Result};
+use kepler_core::{PowerMeter, PowerSnapshot, UsageSource};
+use kepler_exporters::{BuildInfo, ZoneSource};
+use kepler_meters::{FakeSettings, MeterSettings, ProbeReport};
+use tracing::info;
+
+use crate::config::Config;
+
+pub fn meter_settings(config: &Config) -> MeterSettings {
+    MeterSettings {
+        sysfs: config.host.sysfs.clone(),
+        rapl_zones: config.rapl.zones.clone(),
+        hwmon_zones: config.experimental.hwmon.zones.clone(),
+        fake: FakeSettings {
+            zones: config.dev.fake_cpu_meter.zones.clone(),
+            ..FakeSettings::default()
+        },
+    }
+}
+
+/// Tries the configured meters in order and keeps the first that opens; the reports say why
+/// each one before it could not be used.
+pub fn select_meter(config: &Config) -> (Option<Box<dyn PowerMeter>>, Vec<ProbeReport>) {
+    let settings = meter_settings(config);
+    let mut reports = Vec::new();
+    for name in config.meter_order() {
+        match kepler_meters::open_meter(&name, &settings) {
+            Ok(meter) => {
+                info!(meter = %name, zones = ?meter.zones(), "power meter selected");
+                reports.push(ProbeReport {
+                    name,
+                    outcome: Ok(meter.zones()),
+                });
+                return (Some(meter), reports);
+            }
+            Err(reason) => {
+                info!(meter = %name, %reason, "power meter unavailable");
+                reports.push(ProbeReport {
+                    name,
+                    outcome: Err(reason),
+                });
+            }
+        }
+    }
+    (None, reports)
+}
+
+/// "rapl: reason; hwmon: reason" for logs and `/readyz`.
+pub fn describe_failures(reports: &[ProbeReport]) -> String {
+    let failures: Vec<String> = reports
+        .iter()
+        .filter_map(|r| r.outcome.as_ref().err().map(|e| format!("{}: {e}", r.name)))
+        .collect();
+    if failures.is_empty() {
+        "no meter configured in cpu.preferredMeters".into()
+    } else {
+        failures.join("; ")
+    }
+}
+
+pub fn usage_source(config: &Config) -> Result<Box<dyn UsageSource>> {
+    let classifier = Arc::new(kepler_workloads::CgroupClassifier::new());
+    let source = kepler_sources::ProcfsSource::new(config.host.procfs.clone(), classifier)
+        .with_context(|| format!("procfs usage source at {}", config.host.procfs.display()))?;
+    Ok(Box::new(source))
+}
+
+/// `kube.nodeName`, else `NODE_NAME` (the usual downward-API variable), else the hostname.
+pub fn node_name(config: &Config) -> String {
+    if let Some(name) = config.kube.node_name.as_ref().filter(|n| !n.is_empty()) {
+        return name.clone();
+    }
+    if let Ok(name) = std::env::var("NODE_NAME") {
+        if !name.is_empty() {
+            return name;
+        }
+    }
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|h| h.trim().to_string())
+        .ok()
+        .filter(|h| !h.is_empty())
+        .unwrap_or_else(|| "unknown".into())
+}
+
+pub fn build_info() -> BuildInfo {
+    BuildInfo {
+        arch: std::env::consts::ARCH.to_string(),
+        branch: option_env!("KEPLER_GIT_BRANCH")
+            .unwrap_or("unknown")
+            .to_string(),
+        revision: option_env!("KEPLER_GIT_REVISION")
+            .unwrap_or("unknown")
+            .to_string(),
+        version: env!("CARGO_PKG_VERSION").to_string(),
+        rust_version: option_env!("KEPLER_RUSTC_VERSION")
+            .unwrap_or("unknown")
+            .to_string(),
+    }
+}
+
+pub fn zone_sources(snapshot: &PowerSnapshot, meter: &dyn PowerMeter) -> Vec<ZoneSource> {
+    snapshot
+        .zones
+        .iter()
+        .map(|z| ZoneSource {
+            zone: z.zone.to_string(),
+            meter: meter.name().to_string(),
+            estimated: meter.provenance() == kepler_core::Provenance::Estimated,
+            model: None,
+        })
+        .collect()
+}

@@ -1,0 +1,131 @@
+//! `/proc/cpuinfo`, for the `kepler_node_cpu_info` metric.
+
+use std::path::Path;
+
+use kepler_core::{CpuInfo, ReadError};
+
+use super::read::{io_error, parse_error};
+
+/// One entry per logical CPU. Fields a platform does not print (no `physical id` in many VMs,
+/// no `vendor_id` on arm64) are empty strings.
+pub fn read_cpu_info(procfs_root: &Path) -> Result<Vec<CpuInfo>, ReadError> {
+    let path = procfs_root.join("cpuinfo");
+    let content = std::fs::read_to_string(&path).map_err(|e| io_error(&path, e))?;
+    let cpus = parse_cpu_info(&content);
+    if cpus.is_empty() {
+        return Err(parse_error(&path, "no `processor` entries"));
+    }
+    Ok(cpus)
+}
+
+/// Blocks are separated by blank lines; a block without a `processor` key (arm64 prints a
+/// trailing `Hardware` block) is not a CPU.
+pub(crate) fn parse_cpu_info(content: &str) -> Vec<CpuInfo> {
+    let mut cpus = Vec::new();
+    let mut current: Option<CpuInfo> = None;
+    for line in content.lines() {
+        let Some((key, value)) = line.split_once(':') else {
+            if line.trim().is_empty() {
+                cpus.extend(current.take());
+            }
+            continue;
+        };
+        let value = value.trim().to_owned();
+        match key.trim() {
+            "processor" => {
+                // A new processor without a blank line before it still starts a new entry.
+                cpus.extend(current.take());
+                current = Some(CpuInfo {
+                    processor: value,
+                    ..CpuInfo::default()
+                });
+            }
+            key => {
+                let Some(cpu) = current.as_mut() else {
+                    continue;
+                };
+                match key {
+                    "vendor_id" => cpu.vendor_id = value,
+                    "model name" => cpu.model_name = value,
+                    "physical id" => cpu.physical_id = value,
+                    "core id" => cpu.core_id = value,
+                    _ => {}
+                }
+            }
+        }
+    }
+    cpus.extend(current);
+    cpus
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn x86_host_with_two_sockets_fields() {
+        let content = "processor\t: 0\nvendor_id\t: GenuineIntel\ncpu family\t: 6\n\
+            model name\t: Intel(R) Xeon(R) Gold 6338 CPU @ 2.00GHz\nphysical id\t: 1\n\
+            core id\t\t: 7\nflags\t\t: fpu vme\n\nprocessor\t: 1\nvendor_id\t: GenuineIntel\n\
+            model name\t: Intel(R) Xeon(R) Gold 6338 CPU @ 2.00GHz\nphysical id\t: 0\ncore id\t\t: 3\n\n";
+        let cpus = parse_cpu_info(content);
+        assert_eq!(
+            cpus,
+            vec![
+                CpuInfo {
+                    processor: "0".into(),
+                    vendor_id: "GenuineIntel".into(),
+                    model_name: "Intel(R) Xeon(R) Gold 6338 CPU @ 2.00GHz".into(),
+                    physical_id: "1".into(),
+                    core_id: "7".into(),
+                },
+                CpuInfo {
+                    processor: "1".into(),
+                    vendor_id: "GenuineIntel".into(),
+                    model_name: "Intel(R) Xeon(R) Gold 6338 CPU @ 2.00GHz".into(),
+                    physical_id: "0".into(),
+                    core_id: "3".into(),
+                },
+            ]
+        );
+    }
+
+    #[test]
+    fn vm_without_topology_and_arm64_leave_fields_empty() {
+        let vm = "processor\t: 0\nvendor_id\t: AuthenticAMD\nmodel name\t: AMD EPYC\n";
+        let cpus = parse_cpu_info(vm);
+        assert_eq!(cpus.len(), 1);
+        assert_eq!(cpus[0].model_name, "AMD EPYC");
+        assert_eq!(cpus[0].physical_id, "");
+        assert_eq!(cpus[0].core_id, "");
+
+        let arm = "processor\t: 0\nBogoMIPS\t: 50.00\nCPU implementer\t: 0x41\n\n\
+            processor\t: 1\nBogoMIPS\t: 50.00\n\nHardware\t: BCM2835\nSerial\t\t: 0001\n";
+        let cpus = parse_cpu_info(arm);
+        assert_eq!(cpus.len(), 2);
+        assert_eq!(cpus[1].processor, "1");
+        assert_eq!(cpus[1].vendor_id, "");
+    }
+
+    #[test]
+    fn missing_or_empty_file_is_an_error() {
+        let dir = tempfile::tempdir().unwrap();
+        assert!(matches!(
+            read_cpu_info(dir.path()),
+            Err(ReadError::Io { .. })
+        ));
+        std::fs::write(dir.path().join("cpuinfo"), "garbage\n").unwrap();
+        assert!(matches!(
+            read_cpu_info(dir.path()),
+            Err(ReadError::Parse { .. })
+        ));
+    }
+
+    #[test]
+    fn real_cpuinfo_has_one_entry_per_online_cpu() {
+        let cpus = read_cpu_info(Path::new("/proc")).unwrap();
+        let online = std::thread::available_parallelism().map_or(1, |n| n.get());
+        assert!(cpus.len() >= online, "{} < {online}", cpus.len());
+        assert!(cpus.iter().all(|c| !c.processor.is_empty()));
+    }
+}

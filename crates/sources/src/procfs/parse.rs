@@ -1,0 +1,185 @@
+//! Pure parsers for the procfs files the source reads. They take bytes, never panic, and return
+//! `None` for anything they do not understand, so a malformed line never becomes a number.
+
+use std::time::Duration;
+
+/// The fields of `/proc/<pid>/stat` the source uses.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) struct PidStat<'a> {
+    pub comm: &'a [u8],
+    pub flags: u64,
+    pub utime: u64,
+    pub stime: u64,
+    pub start_time: u64,
+}
+
+/// `PF_KTHREAD` from the kernel's `include/linux/sched.h`.
+pub(crate) const PF_KTHREAD: u64 = 0x0020_0000;
+
+/// Parses `/proc/<pid>/stat`. A comm may hold spaces and parentheses (`(a) b)`), so the fields
+/// start after the LAST `)`: what the kernel writes after the comm never contains one.
+pub(crate) fn parse_pid_stat(line: &[u8]) -> Option<PidStat<'_>> {
+    let open = line.iter().position(|&b| b == b'(')?;
+    let close = line.iter().rposition(|&b| b == b')')?;
+    let comm = line.get(open + 1..close)?;
+    let mut fields = line
+        .get(close + 1..)?
+        .split(u8::is_ascii_whitespace)
+        .filter(|f| !f.is_empty());
+    // `fields` starts at field 3 (state); the numbers are the man page's 1-based field numbers.
+    let flags = parse_u64(fields.nth(9 - 3)?)?;
+    let utime = parse_u64(fields.nth(14 - 9 - 1)?)?;
+    let stime = parse_u64(fields.next()?)?;
+    let start_time = parse_u64(fields.nth(22 - 15 - 1)?)?;
+    Some(PidStat {
+        comm,
+        flags,
+        utime,
+        stime,
+        start_time,
+    })
+}
+
+/// The `cpu` line of `/proc/stat`, in clock ticks.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub(crate) struct CpuLine {
+    /// user + nice + system + idle + iowait + irq + softirq + steal. guest and guest_nice are
+    /// left out because the kernel already counts them in user and nice.
+    pub total: u64,
+    pub idle: u64,
+    pub iowait: u64,
+}
+
+/// Finds the aggregate `cpu` line in `/proc/stat` content and sums it.
+pub(crate) fn parse_cpu_line(content: &[u8]) -> Option<CpuLine> {
+    let line = content
+        .split(|&b| b == b'\n')
+        .find(|l| l.starts_with(b"cpu ") || l.starts_with(b"cpu\t"))?;
+    let mut values = [0u64; 8];
+    let mut count = 0;
+    for field in line
+        .get(3..)?
+        .split(u8::is_ascii_whitespace)
+        .filter(|f| !f.is_empty())
+        .take(values.len())
+    {
+        *values.get_mut(count)? = parse_u64(field)?;
+        count += 1;
+    }
+    // user, nice, system, idle exist on every kernel; later fields were added over time.
+    if count < 4 {
+        return None;
+    }
+    Some(CpuLine {
+        total: values.iter().try_fold(0u64, |acc, v| acc.checked_add(*v))?,
+        idle: values[3],
+        iowait: values[4],
+    })
+}
+
+/// First field of `/proc/uptime` ("12345.67 ..."), parsed exactly: a float would round and
+/// could put a process's start time after the uptime at which it was seen.
+pub(crate) fn parse_uptime(content: &[u8]) -> Option<Duration> {
+    let field = content
+        .split(u8::is_ascii_whitespace)
+        .find(|f| !f.is_empty())?;
+    let (secs, frac) = match field.iter().position(|&b| b == b'.') {
+        Some(dot) => (field.get(..dot)?, field.get(dot + 1..)?),
+        None => (field, &b""[..]),
+    };
+    let secs = parse_u64(secs)?;
+    if frac.len() > 9 || !frac.iter().all(u8::is_ascii_digit) {
+        return None;
+    }
+    let mut nanos: u32 = 0;
+    for i in 0..9 {
+        let digit = frac.get(i).map_or(0, |d| u32::from(d - b'0'));
+        nanos = nanos * 10 + digit;
+    }
+    Some(Duration::new(secs, nanos))
+}
+
+/// Chooses the cgroup path that identifies a process's workload from `/proc/<pid>/cgroup`.
+///
+/// On a pure cgroup v2 host there is one `0::/path` line. On a hybrid host (v1 controllers plus
+/// the unified hierarchy) the v1 controllers are what container runtimes manage: with the
+/// cgroupfs driver a container sits in `cpu,cpuacct:/docker/<id>` while its unified line still
+/// shows the runtime's service (`0::/system.slice/containerd.service`). So the order is: a v1
+/// line with the `cpu` or `cpuacct` controller, then the unified line, then any other v1 line,
+/// each only when it is not the root; failing all, the unified path, else the first path.
+pub(crate) fn select_cgroup_path(content: &str) -> &str {
+    let mut unified: Option<&str> = None;
+    let mut cpu: Option<&str> = None;
+    let mut other: Option<&str> = None;
+    let mut first: Option<&str> = None;
+    for line in content.lines() {
+        let mut parts = line.splitn(3, ':');
+        let (Some(_id), Some(controllers), Some(path)) = (parts.next(), parts.next(), parts.next())
+        else {
+            if !line.is_empty() {
+                tracing::debug!(line, "ignoring odd cgroup line");
+            }
+            continue;
+        };
+        first.get_or_insert(path);
+        let non_root = path != "/" && !path.is_empty();
+        if controllers.is_empty() {
+            unified.get_or_insert(path);
+        } else if non_root && controllers.split(',').any(|c| c == "cpu" || c == "cpuacct") {
+            cpu.get_or_insert(path);
+        } else if non_root {
+            other.get_or_insert(path);
+        }
+    }
+    let unified_non_root = unified.filter(|p| *p != "/" && !p.is_empty());
+    cpu.or(unified_non_root)
+        .or(other)
+        .or(unified)
+        .or(first)
+        .unwrap_or("")
+}
+
+/// Splits `/proc/<pid>/cmdline` (NUL-separated, NUL-terminated) into arguments.
+pub(crate) fn parse_cmdline(content: &[u8]) -> Vec<String> {
+    let content = content.strip_suffix(b"\0").unwrap_or(content);
+    if content.is_empty() {
+        return Vec::new();
+    }
+    content
+        .split(|&b| b == 0)
+        .map(|arg| String::from_utf8_lossy(arg).into_owned())
+        .collect()
+}
+
+/// A pid directory name: ASCII digits only, fitting in u32.
+pub(crate) fn parse_pid(name: &[u8]) -> Option<u32> {
+    u32::try_from(parse_u64(name)?).ok()
+}
+
+pub(crate) fn parse_u64(digits: &[u8]) -> Option<u64> {
+    if digits.is_empty() {
+        return None;
+    }
+    digits.iter().try_fold(0u64, |acc, &b| {
+        if b.is_ascii_digit() {
+            acc.checked_mul(10)?.checked_add(u64::from(b - b'0'))
+        } else {
+            None
+        }
+    })
+}
+
+/// Converts clock ticks to a duration without overflow or rounding for the usual USER_HZ.
+pub(crate) fn ticks_to_duration(ticks: u64, user_hz: u64) -> Duration {
+    if user_hz == 0 {
+        return Duration::ZERO;
+    }
+    let secs = ticks / user_hz;
+    let rest = ticks % user_hz;
+    // rest < user_hz, so rest * 1e9 overflows only for a USER_HZ above ~1.8e10.
+    let nanos = rest.saturating_mul(1_000_000_000) / user_hz;
+    Duration::from_secs(secs) + Duration::from_nanos(nanos)
+}
+
+#[cfg(test)]
+mod tests;

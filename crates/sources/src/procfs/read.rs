@@ -1,0 +1,96 @@
+//! Reading small procfs files into a reused buffer, with a fixed number of syscalls.
+
+use std::fs::File;
+use std::io::{self, Read};
+use std::path::Path;
+
+use kepler_core::ReadError;
+
+/// A reusable read buffer. Its `Vec` stays at full length so reads need no re-zeroing;
+/// `len` says how much of it the last read filled.
+pub(crate) struct Buffer {
+    data: Vec<u8>,
+    len: usize,
+}
+
+impl Buffer {
+    pub fn new() -> Self {
+        Buffer {
+            data: vec![0; 4096],
+            len: 0,
+        }
+    }
+
+    pub fn bytes(&self) -> &[u8] {
+        self.data.get(..self.len).unwrap_or(&[])
+    }
+
+    /// Reads the whole file. `std::fs::read` would also `statx` and `lseek` to size the buffer,
+    /// which procfs answers with 0 anyway: two wasted syscalls per file per tick.
+    pub fn read_all(&mut self, path: &Path) -> io::Result<&[u8]> {
+        self.fill(path, false)
+    }
+
+    /// Reads until the buffer holds a complete first line (or the file ends): `/proc/stat` is
+    /// tens of kilobytes on large hosts and only its first line is needed.
+    pub fn read_first_line(&mut self, path: &Path) -> io::Result<&[u8]> {
+        self.fill(path, true)
+    }
+
+    fn fill(&mut self, path: &Path, first_line_only: bool) -> io::Result<&[u8]> {
+        self.len = 0;
+        let mut file = File::open(path)?;
+        loop {
+            if self.len == self.data.len() {
+                let grown = self.data.len() * 2;
+                self.data.resize(grown, 0);
+            }
+            let spare = self.data.get_mut(self.len..).unwrap_or_default();
+            match file.read(spare) {
+                Ok(0) => break,
+                Ok(n) => {
+                    let start = self.len;
+                    self.len += n;
+                    if first_line_only
+                        && self
+                            .data
+                            .get(start..self.len)
+                            .is_some_and(|b| b.contains(&b'\n'))
+                    {
+                        break;
+                    }
+                }
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(self.bytes())
+    }
+}
+
+/// The process went away between listing `/proc` and reading its files.
+pub(crate) fn is_vanished(error: &io::Error) -> bool {
+    error.kind() == io::ErrorKind::NotFound || error.raw_os_error() == Some(libc::ESRCH)
+}
+
+pub(crate) fn io_error(path: &Path, source: io::Error) -> ReadError {
+    ReadError::Io {
+        path: path.display().to_string(),
+        source,
+    }
+}
+
+pub(crate) fn parse_error(path: &Path, message: impl Into<String>) -> ReadError {
+    ReadError::Parse {
+        path: path.display().to_string(),
+        message: message.into(),
+    }
+}
+
+/// USER_HZ, the unit of every tick count in procfs. Asked of the C library rather than assumed
+/// to be 100, which is only the common value.
+pub(crate) fn user_hz() -> Option<u64> {
+    // SAFETY: sysconf only reads a constant of the C library; no pointers are involved.
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
+    u64::try_from(hz).ok().filter(|&hz| hz > 0)
+}

@@ -1,0 +1,308 @@
+//! The procfs source on fake trees: parsing, odd entries, and the once-per-process cache.
+
+mod common;
+
+use std::fs;
+use std::path::Path;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use common::{write_node, write_process, FakeProcess};
+use kepler_core::{
+    Classifier, NoWorkloads, ProcessInfo, ProcessType, ReadError, UsageSnapshot, UsageSource,
+    WorkloadIdentity,
+};
+use kepler_sources::{probe, ProcfsSource};
+
+fn hz() -> u64 {
+    // SAFETY: sysconf reads a C library constant.
+    u64::try_from(unsafe { libc::sysconf(libc::_SC_CLK_TCK) }).unwrap()
+}
+
+fn ticks(t: u64) -> Duration {
+    Duration::from_nanos(t * 1_000_000_000 / hz())
+}
+
+/// Counts calls, and marks processes whose command line says "vm" as VMs.
+#[derive(Default)]
+struct Counting(AtomicUsize);
+
+impl Classifier for Counting {
+    fn classify(&self, info: &ProcessInfo) -> WorkloadIdentity {
+        self.0.fetch_add(1, Ordering::SeqCst);
+        let process_type = if info.cmdline.iter().any(|a| a == "vm") {
+            ProcessType::Vm
+        } else {
+            ProcessType::Regular
+        };
+        WorkloadIdentity {
+            process_type,
+            ..WorkloadIdentity::default()
+        }
+    }
+}
+
+fn find(snapshot: &UsageSnapshot, pid: u32) -> Option<&kepler_core::ProcessUsage> {
+    snapshot.processes.iter().find(|p| p.key.pid == pid)
+}
+
+fn basic_tree(root: &Path) {
+    write_node(root, [100, 10, 50, 1000, 20, 3, 4, 5, 60, 6], "4321.50");
+    write_process(
+        root,
+        &FakeProcess {
+            pid: 1,
+            utime: 300,
+            stime: 200,
+            start_ticks: 2,
+            ..FakeProcess::default()
+        },
+    );
+    write_process(
+        root,
+        &FakeProcess {
+            pid: 77,
+            comm: "we(ird) ) 1 2 name",
+            utime: 7,
+            stime: 3,
+            start_ticks: 4000,
+            exe: Some("/opt/odd (deleted)"),
+            cmdline: &["/opt/odd", "--flag", "vm"],
+            cgroup: "12:cpu,cpuacct:/docker/abc\n1:name=systemd:/docker/abc\n0::/system.slice/containerd.service\n",
+            ..FakeProcess::default()
+        },
+    );
+    write_process(
+        root,
+        &FakeProcess {
+            pid: 2,
+            comm: "kthreadd",
+            flags: 0x0020_8040,
+            start_ticks: 0,
+            exe: None,
+            cmdline: &[],
+            cgroup: "0::/\n",
+            ..FakeProcess::default()
+        },
+    );
+    // A pid directory without `stat`, one with a truncated stat, one with garbage, and
+    // directories that are not pids.
+    fs::create_dir_all(root.join("500")).unwrap();
+    fs::create_dir_all(root.join("501")).unwrap();
+    fs::write(root.join("501/stat"), "501 (trunc) S 1 501 501 0 -1 0 0 0").unwrap();
+    fs::create_dir_all(root.join("502")).unwrap();
+    fs::write(root.join("502/stat"), "not a stat line at all").unwrap();
+    fs::create_dir_all(root.join("self")).unwrap();
+    fs::create_dir_all(root.join("sys")).unwrap();
+    fs::write(root.join("12a"), "").unwrap();
+}
+
+#[test]
+fn node_uptime_and_processes() {
+    let dir = tempfile::tempdir().unwrap();
+    basic_tree(dir.path());
+    let mut source = ProcfsSource::new(dir.path().to_path_buf(), Arc::new(NoWorkloads)).unwrap();
+    assert_eq!(source.name(), "procfs");
+    let snap = source.snapshot().unwrap();
+
+    assert_eq!(snap.uptime, Duration::new(4321, 500_000_000));
+    assert_eq!(
+        snap.node.total,
+        ticks(100 + 10 + 50 + 1000 + 20 + 3 + 4 + 5)
+    );
+    assert_eq!(snap.node.idle, ticks(1000));
+    assert_eq!(snap.node.iowait, ticks(20));
+
+    let mut pids: Vec<u32> = snap.processes.iter().map(|p| p.key.pid).collect();
+    pids.sort_unstable();
+    assert_eq!(pids, vec![1, 2, 77]);
+
+    let init = find(&snap, 1).unwrap();
+    assert_eq!(init.cpu_time, ticks(500));
+    assert_eq!(init.key.start_time, ticks(2));
+    assert_eq!(init.info.comm, "init");
+    assert_eq!(init.info.exe, "/sbin/init");
+    assert_eq!(init.info.cmdline, vec!["/sbin/init"]);
+    assert_eq!(init.info.cgroup_path, "/init.scope");
+    assert!(!init.info.kernel_thread);
+    assert!(!init.exited);
+    assert!(init.counters.is_none());
+
+    let odd = find(&snap, 77).unwrap();
+    assert_eq!(odd.info.comm, "we(ird) ) 1 2 name");
+    assert_eq!(odd.cpu_time, ticks(10));
+    assert_eq!(odd.key.start_time, ticks(4000));
+    assert_eq!(odd.info.exe, "/opt/odd (deleted)");
+    assert_eq!(odd.info.cmdline, vec!["/opt/odd", "--flag", "vm"]);
+    assert_eq!(odd.info.cgroup_path, "/docker/abc");
+
+    let kthread = find(&snap, 2).unwrap();
+    assert!(kthread.info.kernel_thread);
+    assert_eq!(kthread.info.exe, "");
+    assert!(kthread.info.cmdline.is_empty());
+    assert_eq!(kthread.info.cgroup_path, "/");
+}
+
+#[test]
+fn unreadable_identity_files_read_as_empty() {
+    let dir = tempfile::tempdir().unwrap();
+    basic_tree(dir.path());
+    // No exe link (as for other users' processes); cmdline a directory (read error, not ENOENT).
+    write_process(
+        dir.path(),
+        &FakeProcess {
+            pid: 90,
+            exe: None,
+            ..FakeProcess::default()
+        },
+    );
+    fs::remove_file(dir.path().join("90/cmdline")).unwrap();
+    fs::create_dir(dir.path().join("90/cmdline")).unwrap();
+    // A process whose cgroup file is gone has exited: it is skipped, not misclassified.
+    write_process(
+        dir.path(),
+        &FakeProcess {
+            pid: 91,
+            ..FakeProcess::default()
+        },
+    );
+    fs::remove_file(dir.path().join("91/cgroup")).unwrap();
+
+    let mut source = ProcfsSource::new(dir.path().to_path_buf(), Arc::new(NoWorkloads)).unwrap();
+    let snap = source.snapshot().unwrap();
+    let p = find(&snap, 90).unwrap();
+    assert_eq!(p.info.exe, "");
+    assert!(p.info.cmdline.is_empty());
+    assert_eq!(p.info.cgroup_path, "/init.scope");
+    assert!(find(&snap, 91).is_none());
+}
+
+#[test]
+fn identity_is_read_once_per_process_and_evicted_when_gone() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path();
+    basic_tree(root);
+    let classifier = Arc::new(Counting::default());
+    let mut source = ProcfsSource::new(root.to_path_buf(), classifier.clone()).unwrap();
+    let calls = || classifier.0.load(Ordering::SeqCst);
+
+    let first = source.snapshot().unwrap();
+    assert_eq!(calls(), 3);
+    assert_eq!(
+        find(&first, 77).unwrap().info.workload.process_type,
+        ProcessType::Vm
+    );
+
+    // CPU time moves, the identity files change: only stat is read again.
+    let moved = FakeProcess {
+        pid: 1,
+        utime: 400,
+        stime: 200,
+        start_ticks: 2,
+        cmdline: &["changed"],
+        ..FakeProcess::default()
+    };
+    write_process(root, &moved);
+    let second = source.snapshot().unwrap();
+    assert_eq!(calls(), 3);
+    let (a, b) = (find(&first, 1).unwrap(), find(&second, 1).unwrap());
+    assert!(Arc::ptr_eq(&a.info, &b.info));
+    assert_eq!(b.cpu_time, ticks(600));
+    assert_eq!(b.info.cmdline, vec!["/sbin/init"]);
+
+    // The pid is reused by a new process: new start time, identity read again.
+    write_process(
+        root,
+        &FakeProcess {
+            start_ticks: 9000,
+            ..moved
+        },
+    );
+    let third = source.snapshot().unwrap();
+    assert_eq!(calls(), 4);
+    let reused = find(&third, 1).unwrap();
+    assert_eq!(reused.key.start_time, ticks(9000));
+    assert_eq!(reused.info.cmdline, vec!["changed"]);
+
+    // Same process after an exec: comm changed, identity read again.
+    write_process(
+        root,
+        &FakeProcess {
+            comm: "bash",
+            start_ticks: 9000,
+            cmdline: &["bash"],
+            ..moved
+        },
+    );
+    let fourth = source.snapshot().unwrap();
+    assert_eq!(calls(), 5);
+    assert_eq!(find(&fourth, 1).unwrap().info.comm, "bash");
+    assert_eq!(find(&fourth, 1).unwrap().info.cmdline, vec!["bash"]);
+
+    // A process that disappears is dropped from the cache; coming back it is new again.
+    let gone = root.join("77");
+    fs::rename(&gone, root.join("not-a-pid")).unwrap();
+    let fifth = source.snapshot().unwrap();
+    assert!(find(&fifth, 77).is_none());
+    assert_eq!(calls(), 5);
+    fs::rename(root.join("not-a-pid"), &gone).unwrap();
+    let sixth = source.snapshot().unwrap();
+    assert!(find(&sixth, 77).is_some());
+    assert_eq!(calls(), 6);
+}
+
+#[test]
+fn many_processes_scan() {
+    let dir = tempfile::tempdir().unwrap();
+    common::write_many(dir.path(), 300);
+    let mut source = ProcfsSource::new(dir.path().to_path_buf(), Arc::new(NoWorkloads)).unwrap();
+    for _ in 0..2 {
+        let snap = source.snapshot().unwrap();
+        assert_eq!(snap.processes.len(), 300);
+        let total: Duration = snap.processes.iter().map(|p| p.cpu_time).sum();
+        assert_eq!(total, ticks((0..300).map(|i| i + 1).sum()));
+    }
+}
+
+#[test]
+fn unavailable_and_read_errors() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path();
+    let new = || ProcfsSource::new(root.to_path_buf(), Arc::new(NoWorkloads));
+
+    let reason = new().err().unwrap().reason;
+    assert!(reason.contains("stat"), "{reason}");
+    fs::write(root.join("stat"), "intr 1 2\n").unwrap();
+    let reason = new().err().unwrap().reason;
+    assert!(reason.contains("cpu"), "{reason}");
+    write_node(root, [1, 0, 1, 10, 0, 0, 0, 0, 0, 0], "12.00");
+    fs::remove_file(root.join("uptime")).unwrap();
+    let reason = new().err().unwrap().reason;
+    assert!(reason.contains("uptime"), "{reason}");
+    assert!(probe(root).is_err());
+
+    write_node(root, [1, 0, 1, 10, 0, 0, 0, 0, 0, 0], "12.00");
+    let detail = probe(root).unwrap();
+    assert!(detail.contains("0 processes"), "{detail}");
+    let mut source = new().unwrap();
+    assert!(source.snapshot().unwrap().processes.is_empty());
+    fs::write(root.join("uptime"), "soon\n").unwrap();
+    assert!(matches!(source.snapshot(), Err(ReadError::Parse { .. })));
+    fs::remove_file(root.join("stat")).unwrap();
+    assert!(matches!(source.snapshot(), Err(ReadError::Io { .. })));
+}
+
+#[test]
+fn large_stat_file_only_first_line_matters() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path();
+    write_node(root, [1, 0, 1, 10, 0, 0, 0, 0, 0, 0], "12.00");
+    let mut stat = String::from("cpu  7 0 3 90 0 0 0 0 0 0\n");
+    for cpu in 0..2000 {
+        stat.push_str(&format!("cpu{cpu} 1 2 3 4 5 6 7 8 9 10\n"));
+    }
+    fs::write(root.join("stat"), stat).unwrap();
+    let mut source = ProcfsSource::new(root.to_path_buf(), Arc::new(NoWorkloads)).unwrap();
+    assert_eq!(source.snapshot().unwrap().node.total, ticks(100));
+}

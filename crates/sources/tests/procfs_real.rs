@@ -1,0 +1,103 @@
+//! The procfs source against this host's `/proc`, with child processes it starts itself.
+
+use std::path::Path;
+use std::process::{Child, Command};
+use std::sync::Arc;
+use std::thread::sleep;
+use std::time::Duration;
+
+use kepler_core::{NoWorkloads, UsageSnapshot, UsageSource};
+use kepler_sources::{probe, ProcfsSource};
+
+/// Kills and reaps the child even when an assertion fails.
+struct Reaped(Child);
+
+impl Drop for Reaped {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn source() -> ProcfsSource {
+    ProcfsSource::new("/proc".into(), Arc::new(NoWorkloads)).unwrap()
+}
+
+fn find(snapshot: &UsageSnapshot, pid: u32) -> &kepler_core::ProcessUsage {
+    snapshot
+        .processes
+        .iter()
+        .find(|p| p.key.pid == pid)
+        .unwrap_or_else(|| panic!("pid {pid} not in snapshot"))
+}
+
+#[test]
+fn finds_a_sleeping_child_with_its_identity() {
+    let child = Reaped(Command::new("sleep").arg("30").spawn().unwrap());
+    let pid = child.0.id();
+    // Wait until the fork has exec'd sleep.
+    for _ in 0..100 {
+        if std::fs::read_to_string(format!("/proc/{pid}/comm")).is_ok_and(|c| c.trim() == "sleep") {
+            break;
+        }
+        sleep(Duration::from_millis(10));
+    }
+    let mut source = source();
+    let snap = source.snapshot().unwrap();
+    let p = find(&snap, pid);
+    assert_eq!(p.info.comm, "sleep");
+    assert_eq!(p.info.cmdline, vec!["sleep", "30"]);
+    assert!(p.info.exe.ends_with("sleep"), "{}", p.info.exe);
+    assert!(!p.info.kernel_thread);
+    assert!(p.key.start_time <= snap.uptime + Duration::from_millis(10));
+    assert!(snap.uptime - p.key.start_time < Duration::from_secs(10));
+    // A child inherits the test's cgroup.
+    let me = find(&snap, std::process::id());
+    assert_eq!(p.info.cgroup_path, me.info.cgroup_path);
+    assert!(
+        p.info.cgroup_path.starts_with('/'),
+        "{}",
+        p.info.cgroup_path
+    );
+
+    assert!(snap.node.total > snap.node.idle);
+    assert!(snap.uptime > Duration::ZERO);
+    for kthread in snap.processes.iter().filter(|p| p.info.kernel_thread) {
+        assert_eq!(kthread.info.exe, "");
+        assert!(kthread.info.cmdline.is_empty());
+    }
+    assert!(probe(Path::new("/proc")).unwrap().contains("processes"));
+}
+
+#[test]
+fn busy_child_accumulates_cpu_time() {
+    let child = Reaped(
+        Command::new("sh")
+            .args(["-c", "while :; do :; done"])
+            .spawn()
+            .unwrap(),
+    );
+    let pid = child.0.id();
+    let mut source = source();
+    let before = source.snapshot().unwrap();
+    sleep(Duration::from_millis(600));
+    let after = source.snapshot().unwrap();
+    let (a, b) = (find(&before, pid), find(&after, pid));
+    assert_eq!(a.key, b.key);
+    assert!(Arc::ptr_eq(&a.info, &b.info));
+    let used = b.cpu_time - a.cpu_time;
+    // Other work may share the CPUs, so the floor is low; the ceiling is one CPU for the
+    // interval plus a tick of rounding at each end.
+    assert!(used >= Duration::from_millis(20), "{used:?}");
+    let wall = after.uptime - before.uptime;
+    assert!(
+        used <= wall + Duration::from_millis(20),
+        "{used:?} > {wall:?}"
+    );
+    assert!(after.node.total > before.node.total);
+    assert!(after.uptime > before.uptime);
+
+    drop(child);
+    let gone = source.snapshot().unwrap();
+    assert!(gone.processes.iter().all(|p| p.key.pid != pid));
+}

@@ -1,0 +1,142 @@
+use super::*;
+
+const ID_A: &str = "4f1c0a3e9b8d7c6b5a4f3e2d1c0b9a8f7e6d5c4b3a2f1e0d9c8b7a6f5e4d3c2b";
+const ID_B: &str = "a1b2c3d4e5f60718293a4b5c6d7e8f90a1b2c3d4e5f60718293a4b5c6d7e8f90";
+const UID_: &str = "8f3a1b2c_4d5e_6f70_8192_a3b4c5d6e7f8";
+const UUID: &str = "3f2504e0-4f89-11d3-9a0c-0305e82c3301";
+
+fn info(cgroup_path: &str, cmdline: &[&str]) -> ProcessInfo {
+    ProcessInfo {
+        comm: "x".into(),
+        cgroup_path: cgroup_path.into(),
+        cmdline: cmdline.iter().map(|a| (*a).to_owned()).collect(),
+        ..ProcessInfo::default()
+    }
+}
+
+fn pod_path(id: &str) -> String {
+    format!("/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod{UID_}.slice/cri-containerd-{id}.scope")
+}
+
+#[test]
+fn regular_container_and_kernel_thread() {
+    let c = CgroupClassifier::new();
+    assert_eq!(
+        c.classify(&info("/user.slice/session-1.scope", &["bash"])),
+        WorkloadIdentity::default()
+    );
+
+    let identity = c.classify(&info(&pod_path(ID_A), &["nginx"]));
+    assert_eq!(identity.process_type, ProcessType::Container);
+    let container = identity.container.unwrap();
+    assert_eq!(container.id, ID_A);
+    assert_eq!(container.runtime, kepler_core::Runtime::Containerd);
+    assert_eq!(container.pod.as_ref().unwrap().id, UID_.replace('_', "-"));
+    assert!(identity.vm.is_none());
+
+    let mut kthread = info(&format!("/docker/{ID_A}"), &[]);
+    kthread.kernel_thread = true;
+    assert_eq!(c.classify(&kthread), WorkloadIdentity::default());
+}
+
+#[test]
+fn processes_share_container_and_pod_allocations() {
+    let c = CgroupClassifier::new();
+    let a1 = c
+        .classify(&info(&pod_path(ID_A), &["a"]))
+        .container
+        .unwrap();
+    let a2 = c
+        .classify(&info(&pod_path(ID_A), &["b"]))
+        .container
+        .unwrap();
+    let b = c
+        .classify(&info(&pod_path(ID_B), &["c"]))
+        .container
+        .unwrap();
+    assert!(Arc::ptr_eq(&a1, &a2));
+    assert!(!Arc::ptr_eq(&a1, &b));
+    assert!(Arc::ptr_eq(
+        a1.pod.as_ref().unwrap(),
+        b.pod.as_ref().unwrap()
+    ));
+}
+
+#[test]
+fn hypervisor_is_a_vm_even_inside_a_container() {
+    let c = CgroupClassifier::new();
+    let qemu = [
+        "/usr/bin/qemu-system-x86_64",
+        "-name",
+        "guest=vm1,debug-threads=on",
+        "-uuid",
+        UUID,
+    ];
+    let host = c.classify(&info(
+        "/machine.slice/machine-qemu\\x2d1\\x2dvm1.scope/libvirt/emulator",
+        &qemu,
+    ));
+    assert_eq!(host.process_type, ProcessType::Vm);
+    assert!(host.container.is_none());
+    let vm = host.vm.unwrap();
+    assert_eq!(
+        (vm.id.as_str(), vm.name.as_str(), vm.hypervisor.as_str()),
+        (UUID, "vm1", "kvm")
+    );
+    let again = c.classify(&info("/", &qemu)).vm.unwrap();
+    assert!(Arc::ptr_eq(&vm, &again));
+
+    // KubeVirt: qemu runs in the virt-launcher pod's compute container.
+    let kubevirt = c.classify(&info(&pod_path(ID_A), &qemu));
+    assert_eq!(kubevirt.process_type, ProcessType::Vm);
+    assert_eq!(kubevirt.container.unwrap().id, ID_A);
+    assert!(Arc::ptr_eq(&kubevirt.vm.unwrap(), &vm));
+}
+
+#[test]
+fn unused_identities_are_swept() {
+    let c = CgroupClassifier::new();
+    let keep = c
+        .classify(&info(&format!("/docker/{ID_A}"), &[]))
+        .container
+        .unwrap();
+    for i in 0..1000u32 {
+        let id = format!("{i:064x}");
+        drop(c.classify(&info(&format!("/docker/{id}"), &[])));
+    }
+    let tables = c.tables.lock().unwrap();
+    assert!(
+        tables.containers.map.len() <= 2 * MIN_SWEEP,
+        "{}",
+        tables.containers.map.len()
+    );
+    assert!(Arc::ptr_eq(tables.containers.map.get(ID_A).unwrap(), &keep));
+}
+
+#[test]
+fn reused_id_with_other_details_is_replaced() {
+    let c = CgroupClassifier::new();
+    let docker = c
+        .classify(&info(&format!("/docker/{ID_A}"), &[]))
+        .container
+        .unwrap();
+    let podman = c
+        .classify(&info(&format!("/machine.slice/libpod-{ID_A}.scope"), &[]))
+        .container
+        .unwrap();
+    assert_eq!(docker.runtime, kepler_core::Runtime::Docker);
+    assert_eq!(podman.runtime, kepler_core::Runtime::Podman);
+}
+
+#[test]
+fn usable_as_a_shared_trait_object() {
+    let c: Arc<dyn Classifier> = Arc::new(CgroupClassifier::new());
+    let handles: Vec<_> = (0..4)
+        .map(|_| {
+            let c = c.clone();
+            std::thread::spawn(move || c.classify(&info(&pod_path(ID_A), &[])).container.unwrap())
+        })
+        .collect();
+    let refs: Vec<_> = handles.into_iter().map(|h| h.join().unwrap()).collect();
+    assert!(refs.windows(2).all(|w| Arc::ptr_eq(&w[0], &w[1])));
+}

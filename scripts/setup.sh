@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# Installs what building and testing kepler-rs needs on a fresh Debian 12 machine. Idempotent:
+# packages already present are not reinstalled.
+set -euo pipefail
+
+packages=(
+  prometheus   # promtool and a real server that scrapes the agent in tests
+  stress-ng    # the CPU workload the end-to-end tests attribute power to
+  clang llvm libbpf-dev bpftool  # rebuilding and checking the committed eBPF object
+  util-linux   # setpriv, to run the agent without capabilities in tests
+)
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ "${#missing[@]}" -gt 0 ]; then
+  sudo=""
+  [ "$(id -u)" -eq 0 ] || sudo="sudo"
+  $sudo apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}"
+fi
+rustup component add rustfmt clippy >/dev/null 2>&1 || true
