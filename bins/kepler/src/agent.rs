@@ -85,9 +85,6 @@ pub fn run(config: Config) -> Result<()> {
         let server = kepler_exporters::bind(&config.web.listen_addresses, web)
             .await
             .context("web.listenAddresses")?;
-        for addr in server.local_addrs() {
-            info!(%addr, tls = server.is_tls(), "serving /metrics");
-        }
         server
             .serve(state.clone(), shutdown_signal())
             .await

@@ -1,0 +1,309 @@
+//! Helpers for end-to-end tests: the real agent binary, a simulated powercap tree whose
+//! counters advance at known watts, real workloads, and a small exposition-format reader.
+
+#![allow(dead_code)]
+
+use std::collections::HashMap;
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use kepler_meters::fixtures::PowercapTree;
+
+pub fn is_root() -> bool {
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    unsafe { libc::geteuid() == 0 }
+}
+
+pub fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("a free port")
+}
+
+/// A child process killed when dropped.
+pub struct Proc(pub Child);
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+impl Proc {
+    pub fn pid(&self) -> u32 {
+        self.0.id()
+    }
+}
+
+/// RAPL zones whose counters advance at fixed watts, written every 2 ms from the time the
+/// simulation started, wrapping at their `max_energy_range_uj`.
+pub struct PowercapSim {
+    stop: Arc<AtomicBool>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl PowercapSim {
+    /// `zones`: (kernel name, watts, max_energy_range_uj).
+    pub fn start(sysfs: &Path, zones: &[(&str, f64, u64)]) -> PowercapSim {
+        let layout: Vec<(&str, u64)> = zones.iter().map(|(n, _, m)| (*n, *m)).collect();
+        let tree = PowercapTree::create(sysfs, &layout).expect("powercap fixture");
+        let rates: Vec<(f64, u64)> = zones.iter().map(|(_, w, m)| (*w, *m)).collect();
+        let stop = Arc::new(AtomicBool::new(false));
+        let flag = stop.clone();
+        let start = Instant::now();
+        let thread = std::thread::spawn(move || {
+            while !flag.load(Ordering::Relaxed) {
+                let elapsed = start.elapsed().as_secs_f64();
+                for (i, (watts, max)) in rates.iter().enumerate() {
+                    let uj = (watts * elapsed * 1e6) as u64 % (max + 1);
+                    tree.set_energy(i, uj).expect("write energy_uj");
+                }
+                std::thread::sleep(Duration::from_millis(2));
+            }
+        });
+        PowercapSim {
+            stop,
+            thread: Some(thread),
+        }
+    }
+}
+
+impl Drop for PowercapSim {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+/// Starts the agent binary with the given extra flags, serving on a fresh port.
+pub fn start_agent(args: &[&str]) -> (Proc, u16) {
+    let port = free_port();
+    let child = Command::new(env!("CARGO_BIN_EXE_kepler"))
+        .arg(format!("--web.listen-address=127.0.0.1:{port}"))
+        .args(args)
+        .env("RUST_LOG", "info")
+        .stdout(Stdio::null())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .expect("start kepler");
+    (Proc(child), port)
+}
+
+/// A plain HTTP GET; returns (status, body).
+pub fn http_get(port: u16, path: &str) -> std::io::Result<(u16, String)> {
+    let mut stream = TcpStream::connect(("127.0.0.1", port))?;
+    stream.set_read_timeout(Some(Duration::from_secs(10)))?;
+    write!(
+        stream,
+        "GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n"
+    )?;
+    let mut response = Vec::new();
+    stream.read_to_end(&mut response)?;
+    let text = String::from_utf8_lossy(&response).into_owned();
+    let (head, body) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
+    let status = head
+        .split_whitespace()
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0);
+    // The server may answer chunked; metrics tests only need the lines, so de-chunk simply.
+    let body = if head
+        .to_ascii_lowercase()
+        .contains("transfer-encoding: chunked")
+    {
+        dechunk(body)
+    } else {
+        body.to_string()
+    };
+    Ok((status, body))
+}
+
+fn dechunk(mut body: &str) -> String {
+    let mut out = String::new();
+    while let Some((size, rest)) = body.split_once("\r\n") {
+        let Ok(n) = usize::from_str_radix(size.trim(), 16) else {
+            break;
+        };
+        if n == 0 || rest.len() < n {
+            break;
+        }
+        out.push_str(&rest[..n]);
+        body = rest[n..].trim_start_matches("\r\n");
+    }
+    out
+}
+
+/// Polls until `/readyz` answers 200.
+pub fn wait_ready(port: u16, limit: Duration) {
+    let deadline = Instant::now() + limit;
+    loop {
+        if let Ok((200, _)) = http_get(port, "/readyz") {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "agent not ready within {limit:?}"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+/// One sample of the exposition text.
+#[derive(Clone, Debug)]
+pub struct Sample {
+    pub name: String,
+    pub labels: HashMap<String, String>,
+    pub value: f64,
+}
+
+/// Reads the text exposition format (enough of it for these tests: no escapes in values that
+/// matter here, no timestamps).
+pub fn parse_metrics(text: &str) -> Vec<Sample> {
+    let mut out = Vec::new();
+    for line in text.lines() {
+        if line.starts_with('#') || line.trim().is_empty() {
+            continue;
+        }
+        let (series, value) = match line.rsplit_once(' ') {
+            Some(x) => x,
+            None => continue,
+        };
+        let Ok(value) = value.parse::<f64>() else {
+            continue;
+        };
+        let (name, labels) = match series.split_once('{') {
+            Some((name, rest)) => (name, rest.trim_end_matches('}')),
+            None => (series, ""),
+        };
+        let mut map = HashMap::new();
+        let mut rest = labels;
+        while let Some((key, after)) = rest.split_once("=\"") {
+            let mut end = 0;
+            let bytes = after.as_bytes();
+            while end < bytes.len() {
+                if bytes[end] == b'\\' {
+                    end += 2;
+                    continue;
+                }
+                if bytes[end] == b'"' {
+                    break;
+                }
+                end += 1;
+            }
+            let end = end.min(after.len());
+            map.insert(
+                key.trim_start_matches(',').to_string(),
+                after[..end].to_string(),
+            );
+            rest = after.get(end + 1..).unwrap_or("");
+        }
+        out.push(Sample {
+            name: name.to_string(),
+            labels: map,
+            value,
+        });
+    }
+    out
+}
+
+pub fn select<'a>(samples: &'a [Sample], name: &str, labels: &[(&str, &str)]) -> Vec<&'a Sample> {
+    samples
+        .iter()
+        .filter(|s| s.name == name)
+        .filter(|s| {
+            labels
+                .iter()
+                .all(|(k, v)| s.labels.get(*k).map(String::as_str) == Some(*v))
+        })
+        .collect()
+}
+
+pub fn one(samples: &[Sample], name: &str, labels: &[(&str, &str)]) -> f64 {
+    let found = select(samples, name, labels);
+    assert_eq!(
+        found.len(),
+        1,
+        "expected one {name}{labels:?}, found {found:?}"
+    );
+    found[0].value
+}
+
+pub fn scrape(port: u16) -> Vec<Sample> {
+    let (status, body) = http_get(port, "/metrics").expect("scrape");
+    assert_eq!(status, 200);
+    parse_metrics(&body)
+}
+
+/// A cgroup directory for test workloads whose path looks like a docker container's, in the
+/// hierarchy the agent reads for container identity. `None` when no writable hierarchy exists.
+pub struct TestCgroup {
+    pub dir: PathBuf,
+    pub id: String,
+}
+
+impl TestCgroup {
+    pub fn create(tag: u32) -> Option<TestCgroup> {
+        let id = format!("{:08x}{}", tag, "0123456789abcdef".repeat(3))
+            + &format!("{:08x}", std::process::id());
+        let bases = [
+            "/sys/fs/cgroup/cpu,cpuacct",
+            "/sys/fs/cgroup/cpu",
+            "/sys/fs/cgroup/unified",
+            "/sys/fs/cgroup",
+        ];
+        for base in bases {
+            let base = Path::new(base);
+            if !base.join("cgroup.procs").exists() {
+                continue;
+            }
+            let dir = base.join("docker").join(&id);
+            if std::fs::create_dir_all(&dir).is_ok() && dir.join("cgroup.procs").exists() {
+                return Some(TestCgroup { dir, id });
+            }
+        }
+        None
+    }
+
+    /// A shell command prefix that moves the shell into this cgroup before `exec`.
+    pub fn enter_then(&self, command: &str) -> String {
+        format!(
+            "echo $$ > {}/cgroup.procs && exec {command}",
+            self.dir.display()
+        )
+    }
+}
+
+impl Drop for TestCgroup {
+    fn drop(&mut self) {
+        // Members are gone by now (their Proc guards dropped first); a cgroup can only be
+        // removed empty.
+        for _ in 0..50 {
+            if std::fs::remove_dir(&self.dir).is_ok() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+}
+
+pub fn spawn_shell(script: &str) -> Proc {
+    Proc(
+        Command::new("sh")
+            .arg("-c")
+            .arg(script)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("spawn sh"),
+    )
+}
