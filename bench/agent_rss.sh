@@ -1,0 +1,61 @@
+#!/usr/bin/env bash
+# Agent memory and CPU with N extra processes on the host (default 1000), on a simulated
+# powercap tree, scraped every second. Prints a table.
+#   bash bench/agent_rss.sh [N] [SECONDS]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+n=${1:-1000}
+secs=${2:-30}
+cargo build --release -q --bin kepler
+tmp=$(mktemp -d)
+pids=()
+cleanup() {
+  kill "${pids[@]}" 2>/dev/null || true
+  wait 2>/dev/null || true
+  rm -rf "$tmp"
+}
+trap cleanup EXIT
+
+# A powercap tree with one package and one dram zone; a writer advances them at 40 W / 8 W.
+pkg="$tmp/class/powercap/intel-rapl:0"
+dram="$pkg/intel-rapl:0:0"
+mkdir -p "$dram"
+echo package-0 >"$pkg/name"
+echo dram >"$dram/name"
+for d in "$pkg" "$dram"; do
+  echo 100000000000000 >"$d/max_energy_range_uj"
+  echo 0 >"$d/energy_uj"
+done
+(
+  start=$(date +%s%N)
+  while :; do
+    now=$(date +%s%N)
+    us=$(( (now - start) / 1000 ))
+    echo $(( us * 40 )) >"$pkg/energy_uj.tmp" && mv "$pkg/energy_uj.tmp" "$pkg/energy_uj"
+    echo $(( us * 8 )) >"$dram/energy_uj.tmp" && mv "$dram/energy_uj.tmp" "$dram/energy_uj"
+    sleep 0.2
+  done
+) &
+pids+=($!)
+
+for _ in $(seq "$n"); do sleep 600 & pids+=($!); done
+port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+./target/release/kepler --host.sysfs "$tmp" --monitor.interval 1s \
+  --web.listen-address "127.0.0.1:$port" --log.level warn &
+agent=$!
+pids+=($agent)
+ticks_start=$(awk '{print $14+$15}' /proc/$agent/stat)
+for _ in $(seq "$secs"); do
+  curl -sf "http://127.0.0.1:$port/metrics" -o "$tmp/metrics" || true
+  sleep 1
+done
+ticks_end=$(awk '{print $14+$15}' /proc/$agent/stat)
+hz=$(getconf CLK_TCK)
+rss_kib=$(awk '/VmRSS/ {print $2}' /proc/$agent/status)
+hwm_kib=$(awk '/VmHWM/ {print $2}' /proc/$agent/status)
+procs=$(grep -c '^kepler_process_cpu_seconds_total' "$tmp/metrics" || true)
+series=$(grep -vc '^#' "$tmp/metrics" || true)
+cpu=$(awk -v t=$((ticks_end - ticks_start)) -v hz="$hz" -v s="$secs" 'BEGIN {printf "%.2f", 100 * t / hz / s}')
+printf '| extra processes | processes exported | series | RSS (MiB) | peak RSS (MiB) | agent CPU (%% of one core, 1 s interval, 1 scrape/s) |\n'
+printf '|---|---|---|---|---|---|\n'
+printf '| %s | %s | %s | %.1f | %.1f | %s |\n' "$n" "$procs" "$series" "$(echo "$rss_kib/1024" | bc -l)" "$(echo "$hwm_kib/1024" | bc -l)" "$cpu"

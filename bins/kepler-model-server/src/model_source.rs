@@ -1,0 +1,140 @@
+//! Where a model comes from: a model-DB file, or the built-in defaults chosen by machine spec.
+//!
+//! Built-in models arrive with a later part of the project; they plug in by implementing
+//! [`BuiltinModels`] and passing it to [`crate::predict::run`] instead of [`NotYetBuiltin`].
+
+use std::path::{Path, PathBuf};
+
+use anyhow::{bail, Context, Result};
+use kepler_models::Predictor;
+
+/// The `--model` argument.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ModelSource {
+    /// A weight JSON or `.zip` archive.
+    File(PathBuf),
+    /// The built-in default models, chosen by machine spec.
+    Builtin,
+}
+
+impl std::str::FromStr for ModelSource {
+    type Err = std::convert::Infallible;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        // A file literally named "builtin" can still be given as ./builtin.
+        Ok(if s == "builtin" {
+            ModelSource::Builtin
+        } else {
+            ModelSource::File(PathBuf::from(s))
+        })
+    }
+}
+
+/// Chooses a built-in model for a machine. `spec` is the parsed `--spec` file (the model
+/// server's machine-spec JSON: processor, cores, chips, memory, frequency), `None` to use
+/// the local machine's.
+pub trait BuiltinModels {
+    fn select(&self, spec: Option<&serde_json::Value>) -> Result<Box<dyn Predictor>>;
+}
+
+/// Stand-in until built-in models exist: says so clearly.
+pub struct NotYetBuiltin;
+
+impl BuiltinModels for NotYetBuiltin {
+    fn select(&self, _spec: Option<&serde_json::Value>) -> Result<Box<dyn Predictor>> {
+        bail!(
+            "built-in models are not available yet in this build; pass a model-DB file \
+             (weight .json or .zip) to --model"
+        )
+    }
+}
+
+/// Loads the model `source` names.
+pub fn load(
+    source: &ModelSource,
+    trainer: Option<&str>,
+    spec: Option<&Path>,
+    builtin: &dyn BuiltinModels,
+) -> Result<Box<dyn Predictor>> {
+    match source {
+        ModelSource::File(path) => {
+            if spec.is_some() {
+                tracing::warn!("--spec only applies to --model builtin; ignored");
+            }
+            kepler_models::load_model(path, trainer)
+                .with_context(|| format!("loading model {}", path.display()))
+        }
+        ModelSource::Builtin => {
+            if trainer.is_some() {
+                tracing::warn!("--trainer does not apply to --model builtin; ignored");
+            }
+            let spec = spec.map(read_spec).transpose()?;
+            builtin.select(spec.as_ref())
+        }
+    }
+}
+
+fn read_spec(path: &Path) -> Result<serde_json::Value> {
+    let text =
+        std::fs::read(path).with_context(|| format!("reading machine spec {}", path.display()))?;
+    let spec: serde_json::Value = serde_json::from_slice(&text)
+        .with_context(|| format!("parsing machine spec {}", path.display()))?;
+    if !spec.is_object() {
+        bail!("machine spec {} must be a JSON object", path.display());
+    }
+    Ok(spec)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::cell::RefCell;
+
+    /// A resolver that records the spec it was given and answers with a model-DB file,
+    /// as the built-in models will.
+    struct Recording(RefCell<Option<serde_json::Value>>);
+
+    impl BuiltinModels for Recording {
+        fn select(&self, spec: Option<&serde_json::Value>) -> Result<Box<dyn Predictor>> {
+            *self.0.borrow_mut() = spec.cloned();
+            let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(
+                "../../../shared/data/kepler-model-db/models/v0.7/specpower-0.7.11/acpi/AbsPower/BPFOnly/SGDRegressorTrainer_0.json",
+            );
+            Ok(kepler_models::load_model(&path, None)?)
+        }
+    }
+
+    #[test]
+    fn parses_model_argument() {
+        assert_eq!(
+            "builtin".parse::<ModelSource>().ok(),
+            Some(ModelSource::Builtin)
+        );
+        assert_eq!(
+            "./builtin".parse::<ModelSource>().ok(),
+            Some(ModelSource::File(PathBuf::from("./builtin")))
+        );
+    }
+
+    #[test]
+    fn builtin_resolver_plugs_in_and_gets_the_spec() -> Result<()> {
+        let spec = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+            .join("../../../shared/data/kepler-model-server/tests/data/machine/spec.json");
+        let resolver = Recording(RefCell::new(None));
+        let model = load(&ModelSource::Builtin, None, Some(&spec), &resolver)?;
+        assert_eq!(model.components(), ["platform"]);
+        let seen = resolver.0.borrow().clone().unwrap_or_default();
+        assert_eq!(seen["processor"], "intel_xeon_platinum_8259cl");
+        assert_eq!(seen["cores"], 96);
+        Ok(())
+    }
+
+    #[test]
+    fn default_builtin_says_not_available() {
+        let err = load(&ModelSource::Builtin, None, None, &NotYetBuiltin)
+            .err()
+            .map(|e| e.to_string())
+            .unwrap_or_default();
+        assert!(err.contains("not available yet"), "{err}");
+    }
+}
