@@ -36,8 +36,8 @@ pub fn run(config: Config) -> Result<()> {
     };
     let state = Arc::new(AgentState::new(context));
 
-    let (meter, reports) = setup::select_meter(&config);
     let source = setup::usage_source(&config)?;
+    let (meter, reports) = setup::select_meter(&config, source.as_ref());
     info!(
         node = %node_name,
         source = source.name(),

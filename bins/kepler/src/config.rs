@@ -58,6 +58,7 @@ pub struct Config {
     pub experimental: ExperimentalConfig,
     pub dev: DevConfig,
     pub attribution: AttributionSection,
+    pub estimator: EstimatorConfig,
 }
 
 impl Default for Config {
@@ -74,6 +75,7 @@ impl Default for Config {
             experimental: ExperimentalConfig::default(),
             dev: DevConfig::default(),
             attribution: AttributionSection::default(),
+            estimator: EstimatorConfig::default(),
         }
     }
 }
@@ -302,6 +304,35 @@ impl Default for AttributionSection {
     }
 }
 
+/// kepler-rs section: the estimation meter used where no power meter exists.
+#[derive(Clone, Debug, Deserialize, PartialEq)]
+#[serde(default, rename_all = "camelCase")]
+pub struct EstimatorConfig {
+    /// `builtin` (chosen by this machine's spec) or the path of a Kepler model-DB file
+    /// (`.json` weights or `.zip` archive).
+    pub model: String,
+    /// Trainer name when the file name does not tell (`SGDRegressorTrainer`, ...).
+    pub trainer: Option<String>,
+    /// Built-in model family: `rapl` (package and dram zones) or `platform` (whole machine).
+    pub family: String,
+    /// `auto` (DynPower inside a VM, AbsPower on bare metal), `AbsPower` or `DynPower`.
+    pub output_type: String,
+    /// How often a model file is checked for changes.
+    pub refresh_period: GoDuration,
+}
+
+impl Default for EstimatorConfig {
+    fn default() -> Self {
+        EstimatorConfig {
+            model: "builtin".into(),
+            trainer: None,
+            family: "rapl".into(),
+            output_type: "auto".into(),
+            refresh_period: GoDuration(Duration::from_secs(60)),
+        }
+    }
+}
+
 /// Values given on the command line; `None` leaves the file's (or default) value.
 #[derive(Clone, Debug, Default)]
 pub struct Overrides {
@@ -525,20 +556,49 @@ impl Config {
                 "must be between 0 and 1".into(),
             ));
         }
+        if !matches!(self.estimator.family.as_str(), "rapl" | "platform") {
+            return Err(invalid(
+                "estimator.family",
+                format!("{:?} is not rapl or platform", self.estimator.family),
+            ));
+        }
+        if !matches!(
+            self.estimator.output_type.as_str(),
+            "auto" | "AbsPower" | "DynPower"
+        ) {
+            return Err(invalid(
+                "estimator.outputType",
+                format!(
+                    "{:?} is not auto, AbsPower or DynPower",
+                    self.estimator.output_type
+                ),
+            ));
+        }
+        if self.estimator.model.trim().is_empty() {
+            return Err(invalid(
+                "estimator.model",
+                "must be builtin or a model file path".into(),
+            ));
+        }
         Ok(())
     }
 
-    /// The meters to try, in order: the fake meter alone when enabled for development.
+    /// The meters to try, in order: the fake meter alone when enabled for development;
+    /// otherwise the preferred meters, with the estimation model as the last resort when the
+    /// list does not place it.
     pub fn meter_order(&self) -> Vec<String> {
         if self.dev.fake_cpu_meter.enabled {
-            vec!["fake".into()]
-        } else {
-            self.cpu.preferred_meters.clone()
+            return vec!["fake".into()];
         }
+        let mut order = self.cpu.preferred_meters.clone();
+        if !order.iter().any(|m| m == "model") {
+            order.push("model".into());
+        }
+        order
     }
 }
 
-pub const KNOWN_METERS: &[&str] = &["rapl", "hwmon", "fake"];
+pub const KNOWN_METERS: &[&str] = &["rapl", "hwmon", "fake", "model"];
 pub const KNOWN_LEVELS: &[&str] = &["node", "process", "container", "vm", "pod"];
 
 #[cfg(test)]

@@ -3,8 +3,10 @@
 //! can drive every piece.
 
 pub mod agent;
+pub mod builtin;
 pub mod cli;
 pub mod config;
+pub mod estimator;
 pub mod probe;
 pub mod sampler;
 pub mod setup;

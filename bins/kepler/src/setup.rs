@@ -24,11 +24,14 @@ pub fn meter_settings(config: &Config) -> MeterSettings {
 
 /// Tries the configured meters in order and keeps the first that opens; the reports say why
 /// each one before it could not be used.
-pub fn select_meter(config: &Config) -> (Option<Box<dyn PowerMeter>>, Vec<ProbeReport>) {
+pub fn select_meter(
+    config: &Config,
+    source: &dyn UsageSource,
+) -> (Option<Box<dyn PowerMeter>>, Vec<ProbeReport>) {
     let settings = meter_settings(config);
     let mut reports = Vec::new();
     for name in config.meter_order() {
-        match kepler_meters::open_meter(&name, &settings) {
+        match open_meter(config, &settings, &name, source) {
             Ok(meter) => {
                 info!(meter = %name, zones = ?meter.zones(), "power meter selected");
                 reports.push(ProbeReport {
@@ -47,6 +50,24 @@ pub fn select_meter(config: &Config) -> (Option<Box<dyn PowerMeter>>, Vec<ProbeR
         }
     }
     (None, reports)
+}
+
+fn open_meter(
+    config: &Config,
+    settings: &MeterSettings,
+    name: &str,
+    source: &dyn UsageSource,
+) -> Result<Box<dyn PowerMeter>, kepler_core::Unavailable> {
+    if name == "model" {
+        let meter = crate::estimator::open(config, source.features())?;
+        info!(
+            model = meter.model_name(),
+            output = meter.output().as_str(),
+            "power will be estimated by a model"
+        );
+        return Ok(Box::new(meter));
+    }
+    kepler_meters::open_meter(name, settings)
 }
 
 /// "rapl: reason; hwmon: reason" for logs and `/readyz`.
@@ -110,7 +131,7 @@ pub fn zone_sources(snapshot: &PowerSnapshot, meter: &dyn PowerMeter) -> Vec<Zon
             zone: z.zone.to_string(),
             meter: meter.name().to_string(),
             estimated: meter.provenance() == kepler_core::Provenance::Estimated,
-            model: None,
+            model: meter.estimation_model().map(str::to_string),
         })
         .collect()
 }

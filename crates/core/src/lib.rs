@@ -4,6 +4,7 @@
 
 pub mod attribution;
 pub mod energy;
+pub mod features;
 pub mod snapshot;
 pub mod source;
 pub mod split;

@@ -60,6 +60,10 @@ pub trait PowerMeter: Send {
     fn provenance(&self) -> Provenance {
         Provenance::Measured
     }
+    /// The model behind estimated numbers, for the zone info metric.
+    fn estimation_model(&self) -> Option<&str> {
+        None
+    }
     /// Zone name of every reading this meter reports, in order; a name repeats once per socket
     /// (sockets are summed later, by `zone_energies`).
     fn zones(&self) -> Vec<String>;
@@ -74,4 +78,9 @@ pub trait UsageSource: Send {
     fn name(&self) -> &str;
     /// Takes a snapshot of node and process usage now.
     fn snapshot(&mut self) -> Result<UsageSnapshot, ReadError>;
+    /// Model features (DESIGN §7) that `kepler_core::features::node_features` can compute from
+    /// this source's snapshots. Every source gives busy CPU time.
+    fn features(&self) -> Vec<String> {
+        vec![crate::features::BPF_CPU_TIME_MS.to_string()]
+    }
 }

@@ -15,6 +15,7 @@
 
 pub mod fake;
 pub mod hwmon;
+pub mod model;
 pub mod rapl;
 mod sysfs;
 
@@ -27,6 +28,7 @@ use kepler_core::{PowerMeter, Unavailable};
 
 pub use fake::{Clock, FakeMeter, FakeSettings, ManualClock, MonotonicClock};
 pub use hwmon::HwmonMeter;
+pub use model::{ModelFile, ModelMeter, OutputType};
 pub use rapl::RaplMeter;
 
 /// The meter names [`open_meter`] knows.

@@ -1,0 +1,376 @@
+//! The estimation meter: power predicted by a trained model from the node's usage, for hosts
+//! without a power meter. It is the automatic last resort of the meter chain, and its zones are
+//! labelled estimated.
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use kepler_core::features::node_features;
+use kepler_core::{
+    PowerMeter, Provenance, ReadError, Unavailable, UsageSnapshot, Watts, ZoneReading, ZoneSample,
+};
+use kepler_models::Predictor;
+use tracing::{info, warn};
+
+/// Whether predictions include idle power.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum OutputType {
+    /// Absolute power, idle included (bare metal).
+    Abs,
+    /// Dynamic power only: the prediction minus the prediction at zero usage (inside a VM,
+    /// where the host's idle power is not the guest's to report).
+    Dyn,
+}
+
+impl OutputType {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            OutputType::Abs => "AbsPower",
+            OutputType::Dyn => "DynPower",
+        }
+    }
+}
+
+/// Where the model came from, so a changed file is picked up without a restart.
+#[derive(Clone, Debug)]
+pub struct ModelFile {
+    pub path: PathBuf,
+    pub trainer_hint: Option<String>,
+    /// How often to look at the file's modification time.
+    pub check_every: Duration,
+}
+
+pub struct ModelMeter {
+    predictor: Box<dyn Predictor>,
+    model_name: String,
+    output: OutputType,
+    /// Features the usage source can provide.
+    available: Vec<String>,
+    zones: Vec<(String, Arc<str>, Arc<str>)>,
+    /// Watts per component over the last interval.
+    watts: HashMap<String, f64>,
+    file: Option<(ModelFile, Option<SystemTime>, std::time::Instant)>,
+}
+
+impl std::fmt::Debug for ModelMeter {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ModelMeter")
+            .field("model", &self.model_name)
+            .field("output", &self.output)
+            .finish()
+    }
+}
+
+/// Zone names of model components: RAPL-like components keep their names; anything else
+/// (`platform`) too. The path names the model so series from different models differ.
+fn zones_of(predictor: &dyn Predictor, model_name: &str) -> Vec<(String, Arc<str>, Arc<str>)> {
+    predictor
+        .components()
+        .into_iter()
+        .map(|c| {
+            let zone: Arc<str> = Arc::from(c.as_str());
+            let path: Arc<str> = Arc::from(format!("model:{model_name}:{c}"));
+            (c, zone, path)
+        })
+        .collect()
+}
+
+fn check_features(
+    predictor: &dyn Predictor,
+    available: &[String],
+    model_name: &str,
+) -> Result<(), Unavailable> {
+    let missing: Vec<String> = predictor
+        .features()
+        .into_iter()
+        .filter(|f| !available.contains(f))
+        .collect();
+    if missing.is_empty() {
+        Ok(())
+    } else {
+        Err(Unavailable::new(format!(
+            "model {model_name} needs features {} that the usage source does not provide (it has {})",
+            missing.join(", "),
+            available.join(", ")
+        )))
+    }
+}
+
+impl ModelMeter {
+    /// `available` lists the feature names the usage source provides.
+    pub fn new(
+        predictor: Box<dyn Predictor>,
+        model_name: impl Into<String>,
+        output: OutputType,
+        available: Vec<String>,
+    ) -> Result<Self, Unavailable> {
+        let model_name = model_name.into();
+        check_features(predictor.as_ref(), &available, &model_name)?;
+        if predictor.components().is_empty() {
+            return Err(Unavailable::new(format!(
+                "model {model_name} has no components"
+            )));
+        }
+        let mut meter = ModelMeter {
+            zones: zones_of(predictor.as_ref(), &model_name),
+            predictor,
+            model_name,
+            output,
+            available,
+            watts: HashMap::new(),
+            file: None,
+        };
+        // Until the first interval is known, report the power at zero usage.
+        let needed = meter.predictor.features();
+        let zeros: Vec<(&str, f64)> = needed.iter().map(|f| (f.as_str(), 0.0)).collect();
+        meter.watts = meter
+            .predict_at(&zeros)
+            .map_err(Unavailable::new)?;
+        Ok(meter)
+    }
+
+    /// Reloads the model from `file` whenever its modification time changes.
+    pub fn watch(mut self, file: ModelFile) -> Self {
+        let modified = std::fs::metadata(&file.path)
+            .and_then(|m| m.modified())
+            .ok();
+        self.file = Some((file, modified, std::time::Instant::now()));
+        self
+    }
+
+    pub fn model_name(&self) -> &str {
+        &self.model_name
+    }
+
+    pub fn output(&self) -> OutputType {
+        self.output
+    }
+
+    /// Predicted watts per component for these features (missing ones are absent, so the
+    /// model reports them by name).
+    fn predict_at(&self, features: &[(&str, f64)]) -> Result<HashMap<String, f64>, String> {
+        let features: Vec<(&str, f64)> = features.to_vec();
+        let run = |input: &Vec<(&str, f64)>| {
+            self.predictor
+                .predict(input)
+                .map_err(|e| format!("model {}: {e}", self.model_name))
+        };
+        let mut watts: HashMap<String, f64> = run(&features)?.into_iter().collect();
+        if self.output == OutputType::Dyn {
+            let zero: Vec<(&str, f64)> = features.iter().map(|(n, _)| (*n, 0.0)).collect();
+            for (component, idle) in run(&zero)? {
+                if let Some(w) = watts.get_mut(&component) {
+                    *w = (*w - idle).max(0.0);
+                }
+            }
+        }
+        Ok(watts)
+    }
+
+    fn reload_if_changed(&mut self) {
+        let Some((file, seen, checked)) = &mut self.file else {
+            return;
+        };
+        if checked.elapsed() < file.check_every {
+            return;
+        }
+        *checked = std::time::Instant::now();
+        let modified = std::fs::metadata(&file.path)
+            .and_then(|m| m.modified())
+            .ok();
+        if modified == *seen {
+            return;
+        }
+        *seen = modified;
+        let loaded = kepler_models::load_model(&file.path, file.trainer_hint.as_deref())
+            .map_err(|e| e.to_string())
+            .and_then(|p| {
+                check_features(p.as_ref(), &self.available, &self.model_name)
+                    .map(|()| p)
+                    .map_err(|e| e.to_string())
+            });
+        match loaded {
+            Ok(predictor) => {
+                info!(path = %file.path.display(), "estimation model reloaded");
+                self.zones = zones_of(predictor.as_ref(), &self.model_name);
+                self.predictor = predictor;
+            }
+            Err(e) => {
+                warn!(path = %file.path.display(), error = %e, "model file changed but cannot be used; keeping the previous model")
+            }
+        }
+    }
+}
+
+impl PowerMeter for ModelMeter {
+    fn name(&self) -> &str {
+        "model"
+    }
+
+    fn provenance(&self) -> Provenance {
+        Provenance::Estimated
+    }
+
+    fn estimation_model(&self) -> Option<&str> {
+        Some(&self.model_name)
+    }
+
+    fn zones(&self) -> Vec<String> {
+        self.zones.iter().map(|(c, _, _)| c.clone()).collect()
+    }
+
+    fn observe_usage(&mut self, previous: &UsageSnapshot, current: &UsageSnapshot) {
+        self.reload_if_changed();
+        let features = node_features(previous, current);
+        match self.predict_at(&features) {
+            Ok(watts) => self.watts = watts,
+            Err(e) => {
+                warn!(error = %e, "estimation failed; this interval has no estimated power");
+                self.watts.clear();
+            }
+        }
+    }
+
+    fn read(&mut self, out: &mut Vec<ZoneReading>) -> Result<(), ReadError> {
+        if self.watts.is_empty() {
+            return Err(ReadError::Other(format!(
+                "model {} has no prediction for this interval",
+                self.model_name
+            )));
+        }
+        for (component, zone, path) in &self.zones {
+            let watts = self.watts.get(component).copied().unwrap_or(0.0);
+            out.push(ZoneReading {
+                zone: zone.clone(),
+                path: path.clone(),
+                sample: ZoneSample::Power(Watts(watts)),
+            });
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use kepler_core::{zone_energies, EnergySnapshot, MicroJoules, NodeCpuTimes};
+
+    /// package = 10 + 0.01·x, dram = 2 + 0.001·x, with x = bpf_cpu_time_ms.
+    const LINEAR: &str = r#"{"package": {"All_Weights": {"Bias_Weight": 10.0, "Categorical_Variables": {},
+        "Numerical_Variables": {"bpf_cpu_time_ms": {"scale": 1.0, "weight": 0.01}}}},
+      "dram": {"All_Weights": {"Bias_Weight": 2.0, "Categorical_Variables": {},
+        "Numerical_Variables": {"bpf_cpu_time_ms": {"scale": 1.0, "weight": 0.001}}}}}"#;
+
+    fn model() -> Box<dyn Predictor> {
+        kepler_models::load_model_bytes(LINEAR.as_bytes(), Some("SGDRegressorTrainer_0.json"), None)
+            .unwrap()
+    }
+
+    fn usage(uptime: u64, busy_s: u64) -> UsageSnapshot {
+        UsageSnapshot {
+            uptime: Duration::from_secs(uptime),
+            node: NodeCpuTimes {
+                total: Duration::from_secs(uptime * 2),
+                idle: Duration::from_secs(uptime * 2 - busy_s),
+                iowait: Duration::ZERO,
+            },
+            processes: Vec::new(),
+        }
+    }
+
+    fn read(meter: &mut ModelMeter) -> Vec<ZoneReading> {
+        let mut out = Vec::new();
+        meter.read(&mut out).unwrap();
+        out
+    }
+
+    #[test]
+    fn predicts_from_busy_cpu_time_and_integrates_to_energy() {
+        let mut meter = ModelMeter::new(
+            model(),
+            "m",
+            OutputType::Abs,
+            vec!["bpf_cpu_time_ms".into()],
+        )
+        .unwrap();
+        assert_eq!(meter.provenance(), Provenance::Estimated);
+        assert_eq!(meter.zones(), vec!["package", "dram"]);
+        let first = EnergySnapshot {
+            at: Duration::from_secs(0),
+            readings: read(&mut meter),
+        };
+        // 2 s with 3 busy CPU-seconds: x = 1500 ms/s → package 25 W, dram 3.5 W.
+        meter.observe_usage(&usage(100, 10), &usage(102, 13));
+        let second = EnergySnapshot {
+            at: Duration::from_secs(2),
+            readings: read(&mut meter),
+        };
+        let (zones, issues) = zone_energies(&first, &second);
+        assert!(issues.is_empty());
+        assert_eq!(zones[0].energy, MicroJoules(50_000_000));
+        assert_eq!(zones[1].energy, MicroJoules(7_000_000));
+    }
+
+    #[test]
+    fn dynamic_output_leaves_idle_out() {
+        let mut meter = ModelMeter::new(
+            model(),
+            "m",
+            OutputType::Dyn,
+            vec!["bpf_cpu_time_ms".into()],
+        )
+        .unwrap();
+        meter.observe_usage(&usage(100, 10), &usage(102, 13));
+        let readings = read(&mut meter);
+        assert_eq!(readings[0].sample, ZoneSample::Power(Watts(15.0)));
+        assert!(
+            matches!(readings[1].sample, ZoneSample::Power(Watts(w)) if (w - 1.5).abs() < 1e-12)
+        );
+    }
+
+    #[test]
+    fn a_model_needing_unavailable_features_is_refused_by_name() {
+        let counters = LINEAR.replace("bpf_cpu_time_ms", "cpu_instructions");
+        let p = kepler_models::load_model_bytes(
+            counters.as_bytes(),
+            Some("SGDRegressorTrainer_0.json"),
+            None,
+        )
+        .unwrap();
+        let err = ModelMeter::new(p, "m", OutputType::Abs, vec!["bpf_cpu_time_ms".into()])
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("cpu_instructions"), "{err}");
+    }
+
+    #[test]
+    fn a_changed_model_file_is_reloaded_and_a_broken_one_ignored() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("SGDRegressorTrainer_0.json");
+        std::fs::write(&path, LINEAR).unwrap();
+        let predictor = kepler_models::load_model(&path, None).unwrap();
+        let mut meter = ModelMeter::new(
+            predictor,
+            "m",
+            OutputType::Abs,
+            vec!["bpf_cpu_time_ms".into()],
+        )
+        .unwrap()
+        .watch(ModelFile {
+            path: path.clone(),
+            trainer_hint: None,
+            check_every: Duration::ZERO,
+        });
+        // Same size, later modification time: bias 10 → 20.
+        std::thread::sleep(Duration::from_millis(20));
+        std::fs::write(&path, LINEAR.replace("10.0", "20.0")).unwrap();
+        meter.observe_usage(&usage(100, 10), &usage(102, 10));
+        assert_eq!(read(&mut meter)[0].sample, ZoneSample::Power(Watts(20.0)));
+        std::thread::sleep(Duration::from_millis(20));
+        std::fs::write(&path, "{not json").unwrap();
+        meter.observe_usage(&usage(102, 10), &usage(104, 10));
+        assert_eq!(read(&mut meter)[0].sample, ZoneSample::Power(Watts(20.0)));
+    }
+}
