@@ -44,7 +44,7 @@ pub fn parse_duration(text: &str) -> Result<Duration, String> {
         .map_err(|e| format!("invalid duration {text:?} ({e}); use forms like 5s, 500ms, 1m30s"))
 }
 
-#[derive(Clone, Debug, Deserialize, PartialEq)]
+#[derive(Clone, Debug, Default, Deserialize, PartialEq)]
 #[serde(default, rename_all = "camelCase")]
 pub struct Config {
     pub log: LogConfig,
@@ -59,25 +59,6 @@ pub struct Config {
     pub dev: DevConfig,
     pub attribution: AttributionSection,
     pub estimator: EstimatorConfig,
-}
-
-impl Default for Config {
-    fn default() -> Self {
-        Config {
-            log: LogConfig::default(),
-            host: HostConfig::default(),
-            monitor: MonitorConfig::default(),
-            cpu: CpuConfig::default(),
-            rapl: RaplConfig::default(),
-            exporter: ExporterConfig::default(),
-            web: WebConfig::default(),
-            kube: KubeConfig::default(),
-            experimental: ExperimentalConfig::default(),
-            dev: DevConfig::default(),
-            attribution: AttributionSection::default(),
-            estimator: EstimatorConfig::default(),
-        }
-    }
 }
 
 #[derive(Clone, Debug, Deserialize, PartialEq)]
@@ -487,7 +468,8 @@ impl Config {
                 "must be -1 (keep all), 0 (keep none) or a positive count".into(),
             ));
         }
-        if !(self.monitor.min_terminated_energy_threshold >= 0.0) {
+        let threshold = self.monitor.min_terminated_energy_threshold;
+        if !threshold.is_finite() || threshold < 0.0 {
             return Err(invalid(
                 "monitor.minTerminatedEnergyThreshold",
                 "must be a non-negative number of joules".into(),

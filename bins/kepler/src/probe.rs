@@ -11,14 +11,7 @@ pub fn report(config: &Config) -> String {
     let mut out = String::new();
     let _ = writeln!(out, "Usage sources:");
     let procfs = kepler_sources::procfs::probe(&config.host.procfs);
-    line(
-        &mut out,
-        "procfs",
-        procfs
-            .as_ref()
-            .map(|s| s.clone())
-            .map_err(|e| e.to_string()),
-    );
+    line(&mut out, "procfs", procfs.map_err(|e| e.to_string()));
 
     let order = config.meter_order();
     let _ = writeln!(

@@ -130,7 +130,7 @@ pub fn zone_sources(snapshot: &PowerSnapshot, meter: &dyn PowerMeter) -> Vec<Zon
         .map(|z| ZoneSource {
             zone: z.zone.to_string(),
             meter: meter.name().to_string(),
-            estimated: meter.provenance() == kepler_core::Provenance::Estimated,
+            provenance: meter.provenance(),
             model: meter.estimation_model().map(str::to_string),
         })
         .collect()

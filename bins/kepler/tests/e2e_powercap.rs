@@ -37,16 +37,23 @@ fn agent_measures_attributes_and_survives_wraps() {
     let mut last_joules: Option<(f64, f64)> = None;
     let mut checked = 0;
     let mut stress_share_sum = 0.0;
+    let mut watts_sum = [0.0; 2];
     while started.elapsed() < Duration::from_secs(9) {
         std::thread::sleep(Duration::from_millis(1000));
         let samples = scrape(port);
 
-        for (zone, watts) in [("package", PACKAGE_W), ("dram", DRAM_W)] {
+        for (i, (zone, watts)) in [("package", PACKAGE_W), ("dram", DRAM_W)]
+            .into_iter()
+            .enumerate()
+        {
             let node = one(&samples, "kepler_node_cpu_watts", &[("zone", zone)]);
+            // One interval can be off by a late write of the simulated counter (the energy
+            // then shows in the next interval), so single readings get 5% and the mean 2%.
             assert!(
-                (node - watts).abs() <= watts * 0.02,
+                (node - watts).abs() <= watts * 0.05,
                 "{zone}: node reports {node} W, simulation draws {watts} W"
             );
+            watts_sum[i] += node;
             let active = one(&samples, "kepler_node_cpu_active_watts", &[("zone", zone)]);
             let idle = one(&samples, "kepler_node_cpu_idle_watts", &[("zone", zone)]);
             assert!((active + idle - node).abs() < 1e-6 * node.max(1.0));
@@ -105,6 +112,16 @@ fn agent_measures_attributes_and_survives_wraps() {
         checked += 1;
     }
     assert!(checked >= 6, "only {checked} scrapes");
+    for (i, (zone, watts)) in [("package", PACKAGE_W), ("dram", DRAM_W)]
+        .into_iter()
+        .enumerate()
+    {
+        let mean = watts_sum[i] / f64::from(checked);
+        assert!(
+            (mean - watts).abs() <= watts * 0.02,
+            "{zone}: mean node power {mean} W, simulation draws {watts} W"
+        );
+    }
 
     // Over ≥ 9 s the package counter wrapped at least three times; the accumulated joules
     // still match the simulated power over the agent's lifetime of samples.

@@ -14,8 +14,11 @@ pub const BPF_BLOCK_IRQ: &str = "bpf_block_irq";
 pub const BPF_NET_RX_IRQ: &str = "bpf_net_rx_irq";
 pub const BPF_NET_TX_IRQ: &str = "bpf_net_tx_irq";
 
+/// Reads one event count from a task's counters.
+type CounterField = fn(&TaskCounters) -> Option<u64>;
+
 /// The counter features and how to read each from a task's counters.
-const COUNTER_FEATURES: [(&str, fn(&TaskCounters) -> Option<u64>); 7] = [
+const COUNTER_FEATURES: [(&str, CounterField); 7] = [
     (BPF_PAGE_CACHE_HIT, |c| c.page_cache_hits),
     (CPU_CYCLES, |c| c.cpu_cycles),
     (CPU_INSTRUCTIONS, |c| c.cpu_instructions),

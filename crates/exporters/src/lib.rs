@@ -1,1 +1,47 @@
-//! kepler-exporters
+//! Prometheus exposition of kepler-rs power snapshots, and the HTTP(S) server for `/metrics`.
+//!
+//! # Shape
+//!
+//! - [`registry`]: one static descriptor per metric family (name, help, type, label names as a
+//!   const array, level). The encoder, `docs/metrics.md` ([`metrics_markdown`]) and the lint
+//!   tests all read the descriptors.
+//! - [`encode()`]: writes a [`PowerSnapshot`](kepler_core::PowerSnapshot) plus an
+//!   [`ExportContext`] as Prometheus text 0.0.4 or OpenMetrics 1.0.0 into a byte buffer.
+//! - [`AgentState`]: the latest snapshot and context, published by the tick loop and read by
+//!   scrapes; [`bind`]/[`serve`]: the axum server with TLS and basic auth from the
+//!   exporter-toolkit [`WebConfig`].
+//!
+//! # Why a hand-written encoder
+//!
+//! The two Rust client libraries were measured against what this exporter needs (the numbers
+//! are in `crates/exporters/README.md`, with the commands that produced them):
+//!
+//! - `prometheus-client` writes OpenMetrics only. Its counters come out as
+//!   `# HELP x ...`/`# TYPE x counter` with samples `x_total`, which is correct OpenMetrics but
+//!   which Debian's `promtool` 2.42 rejects when served as the classic text format (DESIGN §9),
+//!   and older scrapers and tools only speak text 0.0.4.
+//! - The `prometheus` crate speaks text 0.0.4, but it is built around a mutable registry of
+//!   long-lived metric handles: exporting a fresh immutable snapshot each tick means resetting
+//!   and refilling every labelled family (hashing each label set) or writing a custom collector
+//!   that builds protobuf-shaped `MetricFamily` values — allocations per series per scrape.
+//!
+//! Our data is already an immutable snapshot, so encoding is a straight walk over it: label
+//! values are borrowed from the snapshot, numbers go through `itoa`/`ryu` (energy as exact
+//! decimals of micro-joules), and nothing is allocated per sample. Label counts are checked at
+//! compile time through const generics, so hand-writing does not mean string-building lines.
+
+pub mod context;
+pub mod encode;
+pub mod level;
+pub mod registry;
+pub mod server;
+pub mod state;
+pub mod web_config;
+
+pub use context::{AgentStats, BuildInfo, ExportContext, ZoneSource};
+pub use encode::{encode, FamilyWriter, Format, MetricWriter, SampleValue};
+pub use level::{Level, LevelError, MetricsLevel};
+pub use registry::{metrics_markdown, Desc, Describe, MetricType};
+pub use server::{bind, serve, ServeError, Server};
+pub use state::{AgentState, Readiness};
+pub use web_config::{ClientAuth, Pem, TlsConfig, TlsVersion, WebConfig, WebConfigError};

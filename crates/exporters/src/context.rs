@@ -1,0 +1,84 @@
+//! What the encoder needs besides the snapshot: static facts about the node and the build, and
+//! the few things about the agent itself that change between ticks.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use kepler_core::{CpuInfo, Provenance};
+
+use crate::level::MetricsLevel;
+
+/// Labels of `kepler_build_info`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct BuildInfo {
+    pub arch: String,
+    pub branch: String,
+    pub revision: String,
+    pub version: String,
+    /// Version of the Rust toolchain that built the agent; exported in the `goversion` label
+    /// (upstream's name, kept for dashboards).
+    pub rust_version: String,
+}
+
+impl Default for BuildInfo {
+    /// The target architecture, and `unknown` for what only the binary's build knows.
+    fn default() -> Self {
+        BuildInfo {
+            arch: std::env::consts::ARCH.to_string(),
+            branch: "unknown".to_string(),
+            revision: "unknown".to_string(),
+            version: "unknown".to_string(),
+            rust_version: "unknown".to_string(),
+        }
+    }
+}
+
+/// Which meter feeds an exported zone (`kepler_node_cpu_zone_info`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ZoneSource {
+    /// The exported zone name (as in `NodeZone::zone`).
+    pub zone: String,
+    /// The meter's name (`rapl`, `msr`, `hwmon`, `model`, `passthrough`, ...).
+    pub meter: String,
+    /// Hardware, a model, or the development fake meter.
+    pub provenance: Provenance,
+    /// The estimation model, when estimated.
+    pub model: Option<String>,
+}
+
+/// The agent's own counters, updated every tick.
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
+pub struct AgentStats {
+    /// How long the last tick took (reading sources and meters, attribution).
+    pub last_tick_duration: Duration,
+    /// Ticks computed since start-up.
+    pub ticks: u64,
+}
+
+/// Everything [`crate::encode()`] needs besides the snapshot.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ExportContext {
+    /// Value of the constant `node_name` label.
+    pub node_name: String,
+    pub levels: MetricsLevel,
+    pub build: BuildInfo,
+    /// One entry per logical CPU. Shared so that per-tick updates of the context (agent stats)
+    /// do not copy it.
+    pub cpu_info: Arc<[CpuInfo]>,
+    pub zone_sources: Vec<ZoneSource>,
+    pub agent: AgentStats,
+}
+
+impl ExportContext {
+    /// A context with every level enabled, default build info and nothing else known yet.
+    pub fn new(node_name: impl Into<String>) -> Self {
+        ExportContext {
+            node_name: node_name.into(),
+            levels: MetricsLevel::ALL,
+            build: BuildInfo::default(),
+            cpu_info: Arc::from(Vec::new()),
+            zone_sources: Vec::new(),
+            agent: AgentStats::default(),
+        }
+    }
+}

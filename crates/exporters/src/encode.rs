@@ -1,0 +1,632 @@
+//! The exposition encoder: Prometheus text 0.0.4 and OpenMetrics 1.0.0, written straight into a
+//! byte buffer with integer and float fast paths (`itoa`, `ryu`) and no allocation per sample.
+
+use std::borrow::Cow;
+use std::time::Duration;
+
+use kepler_core::{IdlePolicyState, MicroJoules, NodeZone, PowerSnapshot, Watts, ZoneValue};
+
+use crate::context::ExportContext;
+use crate::level::Level;
+use crate::registry::{self as r, Desc};
+
+/// Exposition format of one response.
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq, Hash)]
+pub enum Format {
+    /// Prometheus text format 0.0.4: what every Prometheus and `promtool` understands.
+    #[default]
+    Text004,
+    /// OpenMetrics 1.0.0 text.
+    OpenMetrics,
+}
+
+impl Format {
+    pub const TEXT_CONTENT_TYPE: &'static str = "text/plain; version=0.0.4; charset=utf-8";
+    pub const OPENMETRICS_CONTENT_TYPE: &'static str =
+        "application/openmetrics-text; version=1.0.0; charset=utf-8";
+
+    pub const fn content_type(self) -> &'static str {
+        match self {
+            Format::Text004 => Self::TEXT_CONTENT_TYPE,
+            Format::OpenMetrics => Self::OPENMETRICS_CONTENT_TYPE,
+        }
+    }
+
+    /// Chooses the format from an `Accept` header. OpenMetrics only when the header asks for
+    /// `application/openmetrics-text` with a quality at least that of the text format (or of
+    /// a wildcard); everything else, a missing header included, gets text 0.0.4, as the Go
+    /// client library does.
+    pub fn negotiate(accept: Option<&str>) -> Format {
+        let Some(accept) = accept else {
+            return Format::Text004;
+        };
+        let mut openmetrics_q: f32 = 0.0;
+        let mut text_q: f32 = 0.0;
+        for range in accept.split(',') {
+            let mut parts = range.split(';');
+            let media = parts.next().unwrap_or("").trim();
+            let mut q: f32 = 1.0;
+            for param in parts {
+                if let Some((k, v)) = param.split_once('=') {
+                    if k.trim().eq_ignore_ascii_case("q") {
+                        // A malformed quality counts as "not acceptable" rather than as 1.
+                        q = v.trim().parse().unwrap_or(0.0);
+                    }
+                }
+            }
+            if media.eq_ignore_ascii_case("application/openmetrics-text") {
+                openmetrics_q = openmetrics_q.max(q);
+            } else if media.eq_ignore_ascii_case("text/plain")
+                || media.eq_ignore_ascii_case("text/*")
+                || media == "*/*"
+            {
+                text_q = text_q.max(q);
+            }
+        }
+        if openmetrics_q > 0.0 && openmetrics_q >= text_q {
+            Format::OpenMetrics
+        } else {
+            Format::Text004
+        }
+    }
+}
+
+/// A value that can be written as a sample value.
+pub trait SampleValue: Copy {
+    fn write_to(self, out: &mut Vec<u8>);
+}
+
+impl SampleValue for f64 {
+    fn write_to(self, out: &mut Vec<u8>) {
+        write_f64(out, self);
+    }
+}
+
+impl SampleValue for u64 {
+    fn write_to(self, out: &mut Vec<u8>) {
+        out.extend_from_slice(itoa::Buffer::new().format(self).as_bytes());
+    }
+}
+
+impl SampleValue for usize {
+    fn write_to(self, out: &mut Vec<u8>) {
+        out.extend_from_slice(itoa::Buffer::new().format(self).as_bytes());
+    }
+}
+
+/// Written in joules, as an exact decimal (µJ have six decimals; no float rounding noise).
+impl SampleValue for MicroJoules {
+    fn write_to(self, out: &mut Vec<u8>) {
+        write_fixed(out, self.0 / 1_000_000, (self.0 % 1_000_000) as u32, 6);
+    }
+}
+
+impl SampleValue for Watts {
+    fn write_to(self, out: &mut Vec<u8>) {
+        write_f64(out, self.0);
+    }
+}
+
+/// Written in seconds, as an exact decimal with up to nine digits.
+impl SampleValue for Duration {
+    fn write_to(self, out: &mut Vec<u8>) {
+        write_fixed(out, self.as_secs(), self.subsec_nanos(), 9);
+    }
+}
+
+fn write_f64(out: &mut Vec<u8>, v: f64) {
+    if v.is_finite() {
+        out.extend_from_slice(ryu::Buffer::new().format_finite(v).as_bytes());
+    } else if v.is_nan() {
+        out.extend_from_slice(b"NaN");
+    } else if v > 0.0 {
+        out.extend_from_slice(b"+Inf");
+    } else {
+        out.extend_from_slice(b"-Inf");
+    }
+}
+
+/// `int.frac` where `frac` has `digits` decimal places; trailing zeros (and a bare point) are
+/// dropped so that whole numbers print as integers, which both formats accept.
+fn write_fixed(out: &mut Vec<u8>, int: u64, frac: u32, digits: usize) {
+    out.extend_from_slice(itoa::Buffer::new().format(int).as_bytes());
+    if frac == 0 {
+        return;
+    }
+    let mut buf = [b'0'; 9];
+    let mut f = frac;
+    for i in (0..digits).rev() {
+        buf[i] = b'0' + (f % 10) as u8;
+        f /= 10;
+    }
+    let mut end = digits;
+    while end > 0 && buf[end - 1] == b'0' {
+        end -= 1;
+    }
+    out.push(b'.');
+    out.extend_from_slice(&buf[..end]);
+}
+
+/// Label value escaping, the same in both formats: backslash, double quote and line feed.
+fn write_escaped_label(out: &mut Vec<u8>, value: &str) {
+    let bytes = value.as_bytes();
+    // Almost no value needs escaping; check first so the common case is one copy.
+    if !bytes.iter().any(|&b| matches!(b, b'\\' | b'"' | b'\n')) {
+        out.extend_from_slice(bytes);
+        return;
+    }
+    for &b in bytes {
+        match b {
+            b'\\' => out.extend_from_slice(b"\\\\"),
+            b'"' => out.extend_from_slice(b"\\\""),
+            b'\n' => out.extend_from_slice(b"\\n"),
+            _ => out.push(b),
+        }
+    }
+}
+
+/// HELP escaping: text 0.0.4 escapes backslash and line feed; OpenMetrics also double quotes.
+fn write_escaped_help(out: &mut Vec<u8>, help: &str, format: Format) {
+    for &b in help.as_bytes() {
+        match b {
+            b'\\' => out.extend_from_slice(b"\\\\"),
+            b'\n' => out.extend_from_slice(b"\\n"),
+            b'"' if format == Format::OpenMetrics => out.extend_from_slice(b"\\\""),
+            _ => out.push(b),
+        }
+    }
+}
+
+/// Writes families into a buffer. Samples of one family must be written together, through one
+/// [`FamilyWriter`].
+pub struct MetricWriter<'a> {
+    out: &'a mut Vec<u8>,
+    format: Format,
+    /// The `node_name` value, escaped once per encode.
+    node_name: Cow<'a, [u8]>,
+}
+
+impl<'a> MetricWriter<'a> {
+    /// Appends to `out`.
+    pub fn new(out: &'a mut Vec<u8>, format: Format, node_name: &'a str) -> Self {
+        let node_name = if node_name.bytes().any(|b| matches!(b, b'\\' | b'"' | b'\n')) {
+            let mut v = Vec::with_capacity(node_name.len() + 4);
+            write_escaped_label(&mut v, node_name);
+            Cow::Owned(v)
+        } else {
+            Cow::Borrowed(node_name.as_bytes())
+        };
+        MetricWriter {
+            out,
+            format,
+            node_name,
+        }
+    }
+
+    /// Starts a family. Its HELP and TYPE lines are written with the first sample, so a family
+    /// without samples leaves no trace (the Go client omits such families too).
+    pub fn family<const N: usize>(&mut self, desc: &'static Desc<N>) -> FamilyWriter<'_, 'a, N> {
+        FamilyWriter {
+            w: self,
+            desc,
+            started: false,
+        }
+    }
+
+    /// Ends the exposition (`# EOF` in OpenMetrics).
+    pub fn finish(self) {
+        if self.format == Format::OpenMetrics {
+            self.out.extend_from_slice(b"# EOF\n");
+        }
+    }
+}
+
+/// Samples of one family.
+pub struct FamilyWriter<'w, 'a, const N: usize> {
+    w: &'w mut MetricWriter<'a>,
+    desc: &'static Desc<N>,
+    started: bool,
+}
+
+impl<const N: usize> FamilyWriter<'_, '_, N> {
+    fn header(&mut self) {
+        let format = self.w.format;
+        let out = &mut *self.w.out;
+        let name = match format {
+            Format::Text004 => self.desc.name,
+            Format::OpenMetrics => self.desc.family_name(),
+        };
+        out.extend_from_slice(b"# HELP ");
+        out.extend_from_slice(name.as_bytes());
+        out.push(b' ');
+        write_escaped_help(out, self.desc.help, format);
+        out.extend_from_slice(b"\n# TYPE ");
+        out.extend_from_slice(name.as_bytes());
+        out.push(b' ');
+        out.extend_from_slice(self.desc.kind.as_str().as_bytes());
+        out.push(b'\n');
+    }
+
+    /// One sample: exactly one value per label name of the descriptor (checked by the type).
+    pub fn sample(&mut self, labels: [&str; N], value: impl SampleValue) {
+        if !self.started {
+            self.header();
+            self.started = true;
+        }
+        let desc = self.desc;
+        let out = &mut *self.w.out;
+        out.extend_from_slice(desc.name.as_bytes());
+        if N > 0 || desc.node_name {
+            out.push(b'{');
+            for (i, (name, value)) in desc.labels.iter().zip(labels.iter()).enumerate() {
+                if i > 0 {
+                    out.push(b',');
+                }
+                out.extend_from_slice(name.as_bytes());
+                out.extend_from_slice(b"=\"");
+                write_escaped_label(out, value);
+                out.push(b'"');
+            }
+            if desc.node_name {
+                if N > 0 {
+                    out.push(b',');
+                }
+                out.extend_from_slice(b"node_name=\"");
+                out.extend_from_slice(&self.w.node_name);
+                out.push(b'"');
+            }
+            out.push(b'}');
+        }
+        out.push(b' ');
+        value.write_to(out);
+        out.push(b'\n');
+    }
+}
+
+/// Encodes one scrape's worth of metrics, appending to `out` (callers reuse a cleared buffer).
+///
+/// Without a snapshot (before the first tick) only build info, CPU info and the agent's own
+/// metrics are written. Families whose level is not in `ctx.levels` are left out.
+pub fn encode(
+    snapshot: Option<&PowerSnapshot>,
+    ctx: &ExportContext,
+    format: Format,
+    out: &mut Vec<u8>,
+) {
+    let mut w = MetricWriter::new(out, format, &ctx.node_name);
+
+    {
+        let b = &ctx.build;
+        w.family(&r::BUILD_INFO).sample(
+            [&b.arch, &b.branch, &b.revision, &b.version, &b.rust_version],
+            1u64,
+        );
+    }
+    {
+        let mut f = w.family(&r::NODE_CPU_INFO);
+        for c in ctx.cpu_info.iter() {
+            f.sample(
+                [
+                    &c.processor,
+                    &c.vendor_id,
+                    &c.model_name,
+                    &c.physical_id,
+                    &c.core_id,
+                ],
+                1u64,
+            );
+        }
+    }
+    w.family(&r::AGENT_TICK_DURATION)
+        .sample([], ctx.agent.last_tick_duration);
+    w.family(&r::AGENT_TICKS).sample([], ctx.agent.ticks);
+
+    if let Some(s) = snapshot {
+        w.family(&r::AGENT_PROCESSES).sample([], s.processes.len());
+        let levels = ctx.levels;
+        if levels.contains(Level::Node) {
+            encode_node(&mut w, s, ctx);
+        }
+        if levels.contains(Level::Process) {
+            encode_processes(&mut w, s);
+        }
+        if levels.contains(Level::Container) {
+            encode_containers(&mut w, s);
+        }
+        if levels.contains(Level::Pod) {
+            encode_pods(&mut w, s);
+        }
+        if levels.contains(Level::Vm) {
+            encode_vms(&mut w, s);
+        }
+    }
+    w.finish();
+}
+
+fn node_zone_family<V: SampleValue>(
+    w: &mut MetricWriter<'_>,
+    desc: &'static Desc<2>,
+    s: &PowerSnapshot,
+    value: impl Fn(&NodeZone) -> V,
+) {
+    let mut f = w.family(desc);
+    for z in &s.zones {
+        f.sample([&z.zone, &z.path], value(z));
+    }
+}
+
+fn encode_node(w: &mut MetricWriter<'_>, s: &PowerSnapshot, ctx: &ExportContext) {
+    node_zone_family(w, &r::NODE_CPU_JOULES, s, |z| z.total.energy);
+    node_zone_family(w, &r::NODE_CPU_WATTS, s, |z| z.total.watts);
+    node_zone_family(w, &r::NODE_CPU_ACTIVE_JOULES, s, |z| z.active.energy);
+    node_zone_family(w, &r::NODE_CPU_ACTIVE_WATTS, s, |z| z.active.watts);
+    node_zone_family(w, &r::NODE_CPU_IDLE_JOULES, s, |z| z.idle.energy);
+    node_zone_family(w, &r::NODE_CPU_IDLE_WATTS, s, |z| z.idle.watts);
+    w.family(&r::NODE_CPU_USAGE_RATIO).sample([], s.usage_ratio);
+    node_zone_family(w, &r::NODE_CPU_UNATTRIBUTED_JOULES, s, |z| z.unattributed);
+
+    {
+        let mut f = w.family(&r::NODE_CPU_ZONE_INFO);
+        for z in &s.zones {
+            let source = ctx.zone_sources.iter().find(|src| *src.zone == *z.zone);
+            let (meter, kind, model) = match source {
+                Some(src) => (
+                    src.meter.as_str(),
+                    src.provenance.as_str(),
+                    src.model.as_deref().unwrap_or(""),
+                ),
+                // A zone the agent did not describe: say so instead of guessing.
+                None => ("unknown", "unknown", ""),
+            };
+            f.sample([&z.zone, &z.path, meter, kind, model], 1u64);
+        }
+    }
+
+    let (policy, baseline) = match &s.idle_policy {
+        IdlePolicyState::Ratio => ("ratio", "none"),
+        IdlePolicyState::Baseline {
+            configured: true, ..
+        } => ("baseline", "configured"),
+        IdlePolicyState::Baseline { watts, .. } => {
+            if !watts.is_empty() && watts.iter().all(Option::is_some) {
+                ("baseline", "measured")
+            } else {
+                ("baseline", "pending")
+            }
+        }
+    };
+    w.family(&r::NODE_CPU_IDLE_POLICY_INFO)
+        .sample([policy, baseline], 1u64);
+    if let IdlePolicyState::Baseline { watts, .. } = &s.idle_policy {
+        let mut f = w.family(&r::NODE_CPU_IDLE_BASELINE_WATTS);
+        for (z, w) in s.zones.iter().zip(watts) {
+            if let Some(w) = w {
+                f.sample([&z.zone, &z.path], *w);
+            }
+        }
+    }
+}
+
+/// Zone names of the snapshot zipped with a workload's values (parallel vectors; a shorter
+/// one simply ends the pairs, it never panics).
+fn zones<'s>(
+    s: &'s PowerSnapshot,
+    values: &'s [ZoneValue],
+) -> impl Iterator<Item = (&'s str, &'s ZoneValue)> {
+    s.zones.iter().map(|z| &*z.zone).zip(values)
+}
+
+fn encode_processes(w: &mut MetricWriter<'_>, s: &PowerSnapshot) {
+    // Both families take the same labels; a macro keeps the label order in one place while
+    // letting each family pick its value.
+    macro_rules! process_family {
+        ($desc:expr, $value:ident) => {{
+            let mut f = w.family($desc);
+            let mut pid = itoa::Buffer::new();
+            for p in &s.processes {
+                let pid = pid.format(p.key.pid);
+                let info = &p.info;
+                let container_id = info.workload.container.as_ref().map_or("", |c| &c.id);
+                let vm_id = info.workload.vm.as_ref().map_or("", |v| &v.id);
+                let ty = info.workload.process_type.as_str();
+                let state = p.state.as_str();
+                for (zone, v) in zones(s, &p.zones) {
+                    f.sample(
+                        [
+                            pid,
+                            &info.comm,
+                            &info.exe,
+                            ty,
+                            state,
+                            container_id,
+                            vm_id,
+                            zone,
+                        ],
+                        v.$value,
+                    );
+                }
+            }
+        }};
+    }
+    process_family!(&r::PROCESS_CPU_JOULES, energy);
+    process_family!(&r::PROCESS_CPU_WATTS, watts);
+
+    let mut f = w.family(&r::PROCESS_CPU_SECONDS);
+    let mut pid = itoa::Buffer::new();
+    for p in &s.processes {
+        let info = &p.info;
+        f.sample(
+            [
+                pid.format(p.key.pid),
+                &info.comm,
+                &info.exe,
+                info.workload.process_type.as_str(),
+                info.workload.container.as_ref().map_or("", |c| &c.id),
+                info.workload.vm.as_ref().map_or("", |v| &v.id),
+            ],
+            p.cpu_time,
+        );
+    }
+}
+
+fn encode_containers(w: &mut MetricWriter<'_>, s: &PowerSnapshot) {
+    macro_rules! container_family {
+        ($desc:expr, $value:ident) => {{
+            let mut f = w.family($desc);
+            for c in &s.containers {
+                let r = &c.container;
+                let pod_id = r.pod.as_ref().map_or("", |p| &p.id);
+                for (zone, v) in zones(s, &c.zones) {
+                    f.sample(
+                        [
+                            &r.id,
+                            &r.name,
+                            r.runtime.as_str(),
+                            c.state.as_str(),
+                            zone,
+                            pod_id,
+                        ],
+                        v.$value,
+                    );
+                }
+            }
+        }};
+    }
+    container_family!(&r::CONTAINER_CPU_JOULES, energy);
+    container_family!(&r::CONTAINER_CPU_WATTS, watts);
+
+    let mut f = w.family(&r::CONTAINER_CPU_SECONDS);
+    for c in &s.containers {
+        let r = &c.container;
+        f.sample(
+            [
+                &r.id,
+                &r.name,
+                r.runtime.as_str(),
+                c.state.as_str(),
+                r.pod.as_ref().map_or("", |p| &p.id),
+            ],
+            c.cpu_time,
+        );
+    }
+}
+
+fn encode_pods(w: &mut MetricWriter<'_>, s: &PowerSnapshot) {
+    macro_rules! pod_family {
+        ($desc:expr, $value:ident) => {{
+            let mut f = w.family($desc);
+            for p in &s.pods {
+                for (zone, v) in zones(s, &p.zones) {
+                    f.sample(
+                        [
+                            &p.pod.id,
+                            &p.pod.name,
+                            &p.pod.namespace,
+                            p.state.as_str(),
+                            zone,
+                        ],
+                        v.$value,
+                    );
+                }
+            }
+        }};
+    }
+    pod_family!(&r::POD_CPU_JOULES, energy);
+    pod_family!(&r::POD_CPU_WATTS, watts);
+}
+
+fn encode_vms(w: &mut MetricWriter<'_>, s: &PowerSnapshot) {
+    macro_rules! vm_family {
+        ($desc:expr, $value:ident) => {{
+            let mut f = w.family($desc);
+            for v in &s.vms {
+                for (zone, z) in zones(s, &v.zones) {
+                    f.sample(
+                        [
+                            &v.vm.id,
+                            &v.vm.name,
+                            &v.vm.hypervisor,
+                            v.state.as_str(),
+                            zone,
+                        ],
+                        z.$value,
+                    );
+                }
+            }
+        }};
+    }
+    vm_family!(&r::VM_CPU_JOULES, energy);
+    vm_family!(&r::VM_CPU_WATTS, watts);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn text<V: SampleValue>(v: V) -> String {
+        let mut out = Vec::new();
+        v.write_to(&mut out);
+        String::from_utf8(out).unwrap()
+    }
+
+    #[test]
+    fn numbers_are_exact_and_parseable() {
+        assert_eq!(text(MicroJoules(0)), "0");
+        assert_eq!(text(MicroJoules(1_500_000)), "1.5");
+        assert_eq!(text(MicroJoules(1_234_567)), "1.234567");
+        assert_eq!(text(MicroJoules(7)), "0.000007");
+        assert_eq!(text(MicroJoules(u64::MAX)), "18446744073709.551615");
+        assert_eq!(text(Duration::from_millis(1500)), "1.5");
+        assert_eq!(text(Duration::from_nanos(3)), "0.000000003");
+        assert_eq!(text(Duration::from_secs(42)), "42");
+        assert_eq!(text(0.25f64), "0.25");
+        assert_eq!(text(f64::NAN), "NaN");
+        assert_eq!(text(f64::INFINITY), "+Inf");
+        assert_eq!(text(f64::NEG_INFINITY), "-Inf");
+        assert_eq!(text(Watts(12.0)), "12.0");
+    }
+
+    #[test]
+    fn escaping_covers_backslash_quote_newline() {
+        let mut out = Vec::new();
+        write_escaped_label(&mut out, "a\\b\"c\nd");
+        assert_eq!(out, b"a\\\\b\\\"c\\nd");
+        let mut out = Vec::new();
+        write_escaped_help(&mut out, "x \"y\"\\\n", Format::Text004);
+        assert_eq!(out, b"x \"y\"\\\\\\n");
+        let mut out = Vec::new();
+        write_escaped_help(&mut out, "x \"y\"", Format::OpenMetrics);
+        assert_eq!(out, b"x \\\"y\\\"");
+    }
+
+    #[test]
+    fn negotiation() {
+        use Format::*;
+        assert_eq!(Format::negotiate(None), Text004);
+        assert_eq!(Format::negotiate(Some("*/*")), Text004);
+        assert_eq!(Format::negotiate(Some("text/plain;version=0.0.4")), Text004);
+        // Prometheus 2.x's header.
+        assert_eq!(
+            Format::negotiate(Some(
+                "application/openmetrics-text;version=1.0.0,application/openmetrics-text;version=0.0.1;q=0.75,text/plain;version=0.0.4;q=0.5,*/*;q=0.1"
+            )),
+            OpenMetrics
+        );
+        assert_eq!(
+            Format::negotiate(Some("Application/OpenMetrics-Text; version=1.0.0")),
+            OpenMetrics
+        );
+        assert_eq!(
+            Format::negotiate(Some("text/plain;q=1,application/openmetrics-text;q=0.5")),
+            Text004
+        );
+        assert_eq!(
+            Format::negotiate(Some("application/openmetrics-text;q=0")),
+            Text004
+        );
+        assert_eq!(
+            Format::negotiate(Some("application/openmetrics-text;q=bogus")),
+            Text004
+        );
+    }
+}

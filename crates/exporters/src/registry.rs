@@ -1,0 +1,470 @@
+//! The metric registry: one static descriptor per family. The descriptors are the single source
+//! of truth for names, help texts, types and label names; the encoder, the docs table and the
+//! lint tests all read them.
+//!
+//! A descriptor's label names are a const array `[&str; N]`, and a sample must pass exactly `N`
+//! label values (see [`crate::encode::FamilyWriter::sample`]), so a missing or extra label is a
+//! compile error rather than a malformed line at scrape time.
+
+use crate::level::Level;
+
+/// The two Prometheus types we use.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum MetricType {
+    Counter,
+    Gauge,
+}
+
+impl MetricType {
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            MetricType::Counter => "counter",
+            MetricType::Gauge => "gauge",
+        }
+    }
+}
+
+/// A metric family with `N` variable labels.
+#[derive(Debug)]
+pub struct Desc<const N: usize> {
+    /// Sample name as exposed in the text format (counters end in `_total`).
+    pub name: &'static str,
+    pub help: &'static str,
+    pub kind: MetricType,
+    pub labels: [&'static str; N],
+    /// The level that enables the family; `None` for families that are always exported.
+    pub level: Option<Level>,
+    /// Whether samples carry the constant `node_name` label (after the variable labels).
+    pub node_name: bool,
+}
+
+impl<const N: usize> Desc<N> {
+    /// The family name: OpenMetrics names a counter family without its `_total` suffix.
+    pub fn family_name(&self) -> &'static str {
+        match self.kind {
+            MetricType::Counter => self.name.strip_suffix("_total").unwrap_or(self.name),
+            MetricType::Gauge => self.name,
+        }
+    }
+}
+
+/// Object-safe view of a descriptor, for listing families of different label counts together.
+pub trait Describe: Sync {
+    fn name(&self) -> &'static str;
+    fn help(&self) -> &'static str;
+    fn kind(&self) -> MetricType;
+    fn labels(&self) -> &[&'static str];
+    fn level(&self) -> Option<Level>;
+    fn node_name(&self) -> bool;
+}
+
+impl<const N: usize> Describe for Desc<N> {
+    fn name(&self) -> &'static str {
+        self.name
+    }
+    fn help(&self) -> &'static str {
+        self.help
+    }
+    fn kind(&self) -> MetricType {
+        self.kind
+    }
+    fn labels(&self) -> &[&'static str] {
+        &self.labels
+    }
+    fn level(&self) -> Option<Level> {
+        self.level
+    }
+    fn node_name(&self) -> bool {
+        self.node_name
+    }
+}
+
+const ZONE: [&str; 2] = ["zone", "path"];
+const PROCESS: [&str; 8] = [
+    "pid",
+    "comm",
+    "exe",
+    "type",
+    "state",
+    "container_id",
+    "vm_id",
+    "zone",
+];
+const PROCESS_SECONDS: [&str; 6] = ["pid", "comm", "exe", "type", "container_id", "vm_id"];
+const CONTAINER: [&str; 6] = [
+    "container_id",
+    "container_name",
+    "runtime",
+    "state",
+    "zone",
+    "pod_id",
+];
+const CONTAINER_SECONDS: [&str; 5] = [
+    "container_id",
+    "container_name",
+    "runtime",
+    "state",
+    "pod_id",
+];
+const POD: [&str; 5] = ["pod_id", "pod_name", "pod_namespace", "state", "zone"];
+const VM: [&str; 5] = ["vm_id", "vm_name", "hypervisor", "state", "zone"];
+
+const fn node<const N: usize>(
+    name: &'static str,
+    help: &'static str,
+    kind: MetricType,
+    labels: [&'static str; N],
+) -> Desc<N> {
+    Desc {
+        name,
+        help,
+        kind,
+        labels,
+        level: Some(Level::Node),
+        node_name: true,
+    }
+}
+
+const fn at<const N: usize>(
+    level: Level,
+    name: &'static str,
+    help: &'static str,
+    kind: MetricType,
+    labels: [&'static str; N],
+) -> Desc<N> {
+    Desc {
+        name,
+        help,
+        kind,
+        labels,
+        level: Some(level),
+        node_name: true,
+    }
+}
+
+use MetricType::{Counter, Gauge};
+
+// --- Node level (upstream names) ---
+
+pub static NODE_CPU_JOULES: Desc<2> = node(
+    "kepler_node_cpu_joules_total",
+    "Energy consumption of cpu at node level in joules",
+    Counter,
+    ZONE,
+);
+pub static NODE_CPU_WATTS: Desc<2> = node(
+    "kepler_node_cpu_watts",
+    "Power consumption of cpu at node level in watts",
+    Gauge,
+    ZONE,
+);
+pub static NODE_CPU_ACTIVE_JOULES: Desc<2> = node(
+    "kepler_node_cpu_active_joules_total",
+    "Energy consumption of cpu in active state at node level in joules",
+    Counter,
+    ZONE,
+);
+pub static NODE_CPU_ACTIVE_WATTS: Desc<2> = node(
+    "kepler_node_cpu_active_watts",
+    "Power consumption of cpu in active state at node level in watts",
+    Gauge,
+    ZONE,
+);
+pub static NODE_CPU_IDLE_JOULES: Desc<2> = node(
+    "kepler_node_cpu_idle_joules_total",
+    "Energy consumption of cpu in idle state at node level in joules",
+    Counter,
+    ZONE,
+);
+pub static NODE_CPU_IDLE_WATTS: Desc<2> = node(
+    "kepler_node_cpu_idle_watts",
+    "Power consumption of cpu in idle state at node level in watts",
+    Gauge,
+    ZONE,
+);
+pub static NODE_CPU_USAGE_RATIO: Desc<0> = node(
+    "kepler_node_cpu_usage_ratio",
+    "CPU usage ratio of a node (value between 0.0 and 1.0)",
+    Gauge,
+    [],
+);
+
+// --- Node level (ours) ---
+
+pub static NODE_CPU_UNATTRIBUTED_JOULES: Desc<2> = node(
+    "kepler_node_cpu_unattributed_joules_total",
+    "Energy consumption of cpu in active state at node level in joules that no workload could take, because no task used CPU time in its interval",
+    Counter,
+    ZONE,
+);
+pub static NODE_CPU_ZONE_INFO: Desc<5> = node(
+    "kepler_node_cpu_zone_info",
+    "Power meter that feeds each cpu zone at node level; source is measured (hardware), estimated (model), synthetic (the development fake meter) or unknown, model names the estimation model",
+    Gauge,
+    ["zone", "path", "meter", "source", "model"],
+);
+pub static NODE_CPU_IDLE_POLICY_INFO: Desc<2> = node(
+    "kepler_node_cpu_idle_policy_info",
+    "How idle power of cpu at node level is told apart from active power: policy ratio (upstream, idle = (1 - usage ratio) x energy) or baseline; baseline is configured, measured, pending (not measured yet, the ratio rule applies) or none",
+    Gauge,
+    ["policy", "baseline"],
+);
+pub static NODE_CPU_IDLE_BASELINE_WATTS: Desc<2> = node(
+    "kepler_node_cpu_idle_baseline_watts",
+    "Idle power baseline of cpu at node level in watts, configured or measured, used by the baseline idle policy",
+    Gauge,
+    ZONE,
+);
+
+// --- Workloads ---
+
+pub static PROCESS_CPU_JOULES: Desc<8> = at(
+    Level::Process,
+    "kepler_process_cpu_joules_total",
+    "Energy consumption of cpu at process level in joules",
+    Counter,
+    PROCESS,
+);
+pub static PROCESS_CPU_WATTS: Desc<8> = at(
+    Level::Process,
+    "kepler_process_cpu_watts",
+    "Power consumption of cpu at process level in watts",
+    Gauge,
+    PROCESS,
+);
+pub static PROCESS_CPU_SECONDS: Desc<6> = at(
+    Level::Process,
+    "kepler_process_cpu_seconds_total",
+    "Total user and system time of cpu at process level in seconds",
+    Counter,
+    PROCESS_SECONDS,
+);
+pub static CONTAINER_CPU_JOULES: Desc<6> = at(
+    Level::Container,
+    "kepler_container_cpu_joules_total",
+    "Energy consumption of cpu at container level in joules",
+    Counter,
+    CONTAINER,
+);
+pub static CONTAINER_CPU_WATTS: Desc<6> = at(
+    Level::Container,
+    "kepler_container_cpu_watts",
+    "Power consumption of cpu at container level in watts",
+    Gauge,
+    CONTAINER,
+);
+pub static CONTAINER_CPU_SECONDS: Desc<5> = at(
+    Level::Container,
+    "kepler_container_cpu_seconds_total",
+    "Total user and system time of cpu at container level in seconds, observed since the agent started",
+    Counter,
+    CONTAINER_SECONDS,
+);
+pub static POD_CPU_JOULES: Desc<5> = at(
+    Level::Pod,
+    "kepler_pod_cpu_joules_total",
+    "Energy consumption of cpu at pod level in joules",
+    Counter,
+    POD,
+);
+pub static POD_CPU_WATTS: Desc<5> = at(
+    Level::Pod,
+    "kepler_pod_cpu_watts",
+    "Power consumption of cpu at pod level in watts",
+    Gauge,
+    POD,
+);
+pub static VM_CPU_JOULES: Desc<5> = at(
+    Level::Vm,
+    "kepler_vm_cpu_joules_total",
+    "Energy consumption of cpu at vm level in joules",
+    Counter,
+    VM,
+);
+pub static VM_CPU_WATTS: Desc<5> = at(
+    Level::Vm,
+    "kepler_vm_cpu_watts",
+    "Power consumption of cpu at vm level in watts",
+    Gauge,
+    VM,
+);
+
+// --- Always exported ---
+
+/// Upstream's label set is kept so that existing dashboards keep working; `goversion` holds the
+/// Rust toolchain version (there is no Go toolchain), and a dashboard that shows it still shows
+/// the compiler that built the agent.
+pub static BUILD_INFO: Desc<5> = Desc {
+    name: "kepler_build_info",
+    help: "A metric with a constant '1' value labeled with version, revision, branch, arch and the Rust toolchain version (in goversion) from which kepler was built",
+    kind: Gauge,
+    labels: ["arch", "branch", "revision", "version", "goversion"],
+    level: None,
+    // Upstream's build info has no node label; `instance` tells nodes apart.
+    node_name: false,
+};
+pub static NODE_CPU_INFO: Desc<5> = Desc {
+    name: "kepler_node_cpu_info",
+    help: "CPU information from procfs",
+    kind: Gauge,
+    labels: [
+        "processor",
+        "vendor_id",
+        "model_name",
+        "physical_id",
+        "core_id",
+    ],
+    level: None,
+    // As upstream: a description of the hardware, not a power metric.
+    node_name: false,
+};
+pub static AGENT_TICK_DURATION: Desc<0> = Desc {
+    name: "kepler_agent_tick_duration_seconds",
+    help: "Duration of the agent's last tick (reading usage and meters, attributing energy) in seconds",
+    kind: Gauge,
+    labels: [],
+    level: None,
+    node_name: true,
+};
+pub static AGENT_TICKS: Desc<0> = Desc {
+    name: "kepler_agent_ticks_total",
+    help: "Ticks the agent has computed since it started",
+    kind: Counter,
+    labels: [],
+    level: None,
+    node_name: true,
+};
+pub static AGENT_PROCESSES: Desc<0> = Desc {
+    name: "kepler_agent_processes",
+    help: "Processes in the latest snapshot, running and recently terminated",
+    kind: Gauge,
+    labels: [],
+    level: None,
+    node_name: true,
+};
+
+/// Every family, in the order they are encoded.
+pub static ALL: &[&dyn Describe] = &[
+    &BUILD_INFO,
+    &NODE_CPU_INFO,
+    &AGENT_TICK_DURATION,
+    &AGENT_TICKS,
+    &AGENT_PROCESSES,
+    &NODE_CPU_JOULES,
+    &NODE_CPU_WATTS,
+    &NODE_CPU_ACTIVE_JOULES,
+    &NODE_CPU_ACTIVE_WATTS,
+    &NODE_CPU_IDLE_JOULES,
+    &NODE_CPU_IDLE_WATTS,
+    &NODE_CPU_USAGE_RATIO,
+    &NODE_CPU_UNATTRIBUTED_JOULES,
+    &NODE_CPU_ZONE_INFO,
+    &NODE_CPU_IDLE_POLICY_INFO,
+    &NODE_CPU_IDLE_BASELINE_WATTS,
+    &PROCESS_CPU_JOULES,
+    &PROCESS_CPU_WATTS,
+    &PROCESS_CPU_SECONDS,
+    &CONTAINER_CPU_JOULES,
+    &CONTAINER_CPU_WATTS,
+    &CONTAINER_CPU_SECONDS,
+    &POD_CPU_JOULES,
+    &POD_CPU_WATTS,
+    &VM_CPU_JOULES,
+    &VM_CPU_WATTS,
+];
+
+/// The content of `docs/metrics.md`, generated from [`ALL`].
+pub fn metrics_markdown() -> String {
+    let mut s = String::new();
+    s.push_str("# Metrics\n\n");
+    s.push_str(
+        "<!-- Generated from crates/exporters/src/registry.rs; do not edit. Regenerate with \
+         `UPDATE_DOCS=1 cargo test -p kepler-exporters`. -->\n\n",
+    );
+    s.push_str(
+        "Served on `/metrics` in the Prometheus text format 0.0.4, or in OpenMetrics 1.0.0 when \
+         the scraper's `Accept` header asks for `application/openmetrics-text`. Families marked \
+         with a level are exported only when that level is enabled (`--metrics`, \
+         `exporter.prometheus.metricsLevel`); the others always are. Labels in *italics* are \
+         constant: `node_name` comes from `kube.nodeName`, else the hostname.\n\n",
+    );
+    s.push_str(
+        "Joules are counters accumulated since the agent started; watts are the average power \
+         over the last interval. `state` is `running` or `terminated` (ended workloads stay \
+         for a retention time so that every scraper sees their final energy). `type` is \
+         `regular`, `container` or `vm`; `container_id` and `vm_id` are empty for processes \
+         outside a container or VM.\n\n",
+    );
+    s.push_str("| Name | Type | Labels | Help | Level |\n");
+    s.push_str("|---|---|---|---|---|\n");
+    for d in ALL {
+        let mut labels: Vec<String> = d.labels().iter().map(|l| format!("`{l}`")).collect();
+        if d.node_name() {
+            labels.push("*`node_name`*".to_string());
+        }
+        let labels = if labels.is_empty() {
+            "—".to_string()
+        } else {
+            labels.join(", ")
+        };
+        let level = d.level().map(|l| l.as_str()).unwrap_or("always");
+        s.push_str(&format!(
+            "| `{}` | {} | {} | {} | {} |\n",
+            d.name(),
+            d.kind().as_str(),
+            labels,
+            d.help().replace('|', "\\|"),
+            level
+        ));
+    }
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashSet;
+
+    fn valid_name(s: &str) -> bool {
+        let mut chars = s.chars();
+        matches!(chars.next(), Some(c) if c.is_ascii_alphabetic() || c == '_')
+            && chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
+    }
+
+    #[test]
+    fn descriptors_follow_prometheus_naming() {
+        let mut names = HashSet::new();
+        for d in ALL {
+            assert!(valid_name(d.name()), "{}", d.name());
+            assert!(d.name().starts_with("kepler_"), "{}", d.name());
+            assert!(names.insert(d.name()), "duplicate {}", d.name());
+            assert_eq!(
+                d.kind() == MetricType::Counter,
+                d.name().ends_with("_total"),
+                "{}: counters, and only counters, end in _total",
+                d.name()
+            );
+            assert!(!d.help().is_empty() && !d.help().contains('\n'));
+            let mut labels = HashSet::new();
+            for l in d.labels() {
+                assert!(valid_name(l) && !l.starts_with("__"), "{}: {l}", d.name());
+                assert!(labels.insert(*l), "{}: duplicate label {l}", d.name());
+                assert_ne!(
+                    *l,
+                    "node_name",
+                    "{}: node_name is the constant label",
+                    d.name()
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn workload_energy_families_carry_node_name() {
+        for d in ALL {
+            if d.name().contains("joules") || d.name().contains("watts") {
+                assert!(d.node_name(), "{}", d.name());
+            }
+        }
+    }
+}

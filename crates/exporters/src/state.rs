@@ -1,0 +1,214 @@
+//! What the tick loop publishes and the HTTP handlers read: the latest snapshot, the export
+//! context and readiness. Writers swap whole values; readers never wait on the tick.
+
+use std::sync::{Arc, Mutex, PoisonError, Weak};
+
+use arc_swap::{ArcSwap, ArcSwapOption};
+use bytes::Bytes;
+use kepler_core::PowerSnapshot;
+
+use crate::context::{AgentStats, ExportContext, ZoneSource};
+use crate::encode::{encode, Format};
+
+/// Whether the agent should receive traffic (`/readyz`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Readiness {
+    Ready,
+    NotReady { reason: String },
+}
+
+impl Readiness {
+    pub fn not_ready(reason: impl Into<String>) -> Self {
+        Readiness::NotReady {
+            reason: reason.into(),
+        }
+    }
+
+    pub fn is_ready(&self) -> bool {
+        matches!(self, Readiness::Ready)
+    }
+}
+
+/// Shared between the tick loop (writer) and the HTTP server (readers).
+pub struct AgentState {
+    snapshot: ArcSwapOption<PowerSnapshot>,
+    context: ArcSwap<ExportContext>,
+    /// What the agent says about itself; see [`AgentState::readiness`] for the effective state.
+    readiness: ArcSwap<Readiness>,
+    buffers: Arc<BufferPool>,
+}
+
+impl AgentState {
+    pub fn new(context: ExportContext) -> Self {
+        AgentState {
+            snapshot: ArcSwapOption::empty(),
+            context: ArcSwap::from_pointee(context),
+            readiness: ArcSwap::from_pointee(Readiness::Ready),
+            buffers: Arc::new(BufferPool::default()),
+        }
+    }
+
+    /// Publishes one tick's result.
+    pub fn publish(&self, snapshot: Arc<PowerSnapshot>, stats: AgentStats) {
+        self.snapshot.store(Some(snapshot));
+        self.set_agent_stats(stats);
+    }
+
+    /// Updates the agent's own counters without a new snapshot (a tick that failed).
+    pub fn set_agent_stats(&self, stats: AgentStats) {
+        // Cheap clone: the CPU list is shared, the rest is a few short strings.
+        self.context.rcu(|c| {
+            let mut c = ExportContext::clone(c);
+            c.agent = stats;
+            c
+        });
+    }
+
+    /// Replaces the zone sources (after the meter changed, e.g. a fallback to a model).
+    pub fn set_zone_sources(&self, sources: Vec<ZoneSource>) {
+        self.context.rcu(|c| {
+            let mut c = ExportContext::clone(c);
+            c.zone_sources = sources.clone();
+            c
+        });
+    }
+
+    /// Sets what the agent says about its readiness (e.g. not ready while its meter fails).
+    pub fn set_readiness(&self, readiness: Readiness) {
+        self.readiness.store(Arc::new(readiness));
+    }
+
+    /// Effective readiness: not ready until the first snapshot is published (DESIGN §8), and
+    /// not ready whenever the agent said so.
+    pub fn readiness(&self) -> Readiness {
+        let said = self.readiness.load();
+        if !said.is_ready() {
+            return Readiness::clone(&said);
+        }
+        if self.snapshot.load().is_none() {
+            return Readiness::not_ready("no snapshot computed yet");
+        }
+        Readiness::Ready
+    }
+
+    pub fn snapshot(&self) -> Option<Arc<PowerSnapshot>> {
+        self.snapshot.load_full()
+    }
+
+    pub fn context(&self) -> Arc<ExportContext> {
+        self.context.load_full()
+    }
+
+    /// Encodes the latest snapshot. The bytes live in a pooled buffer that goes back to the
+    /// pool when the response body is dropped, so steady-state scrapes neither allocate nor
+    /// page-fault a fresh multi-megabyte buffer, and concurrent scrapes do not serialise.
+    pub fn encode(&self, format: Format) -> Bytes {
+        let snapshot = self.snapshot.load();
+        let context = self.context.load();
+        let mut buf = self.buffers.take();
+        encode(snapshot.as_deref(), &context, format, &mut buf);
+        Bytes::from_owner(PooledBuffer {
+            buf,
+            pool: Arc::downgrade(&self.buffers),
+        })
+    }
+}
+
+/// A few encode buffers kept for reuse.
+#[derive(Default)]
+struct BufferPool {
+    free: Mutex<Vec<Vec<u8>>>,
+}
+
+impl BufferPool {
+    /// Two scrapers (an HA Prometheus pair) is the common case; buffers beyond that are freed, keeping memory bounded.
+    const KEEP: usize = 2;
+
+    fn take(&self) -> Vec<u8> {
+        let mut free = self.free.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut buf = free.pop().unwrap_or_default();
+        buf.clear();
+        buf
+    }
+
+    fn give_back(&self, buf: Vec<u8>) {
+        let mut free = self.free.lock().unwrap_or_else(PoisonError::into_inner);
+        if free.len() < Self::KEEP {
+            free.push(buf);
+        }
+    }
+}
+
+struct PooledBuffer {
+    buf: Vec<u8>,
+    pool: Weak<BufferPool>,
+}
+
+impl AsRef<[u8]> for PooledBuffer {
+    fn as_ref(&self) -> &[u8] {
+        &self.buf
+    }
+}
+
+impl Drop for PooledBuffer {
+    fn drop(&mut self) {
+        if let Some(pool) = self.pool.upgrade() {
+            pool.give_back(std::mem::take(&mut self.buf));
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    fn snapshot() -> Arc<PowerSnapshot> {
+        Arc::new(PowerSnapshot {
+            tick: 1,
+            interval: Duration::from_secs(5),
+            usage_ratio: 0.5,
+            zones: Vec::new(),
+            idle_policy: kepler_core::IdlePolicyState::Ratio,
+            processes: Vec::new(),
+            containers: Vec::new(),
+            pods: Vec::new(),
+            vms: Vec::new(),
+        })
+    }
+
+    #[test]
+    fn ready_after_first_snapshot_unless_told_otherwise() {
+        let state = AgentState::new(ExportContext::new("n"));
+        assert!(!state.readiness().is_ready());
+        state.publish(snapshot(), AgentStats::default());
+        assert!(state.readiness().is_ready());
+        state.set_readiness(Readiness::not_ready("meter lost"));
+        assert_eq!(state.readiness(), Readiness::not_ready("meter lost"));
+        state.set_readiness(Readiness::Ready);
+        assert!(state.readiness().is_ready());
+    }
+
+    #[test]
+    fn buffers_are_reused() {
+        let state = AgentState::new(ExportContext::new("n"));
+        state.publish(
+            snapshot(),
+            AgentStats {
+                last_tick_duration: Duration::from_millis(3),
+                ticks: 7,
+            },
+        );
+        let first = state.encode(Format::Text004);
+        let ptr = first.as_ptr();
+        let text = String::from_utf8(first.to_vec()).unwrap();
+        assert!(
+            text.contains("kepler_agent_ticks_total{node_name=\"n\"} 7\n"),
+            "{text}"
+        );
+        drop(first);
+        let second = state.encode(Format::Text004);
+        assert_eq!(second.as_ptr(), ptr, "the buffer went back to the pool");
+        assert_eq!(String::from_utf8(second.to_vec()).unwrap(), text);
+    }
+}

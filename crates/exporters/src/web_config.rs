@@ -1,0 +1,574 @@
+//! `web.configFile`: the Prometheus exporter-toolkit web configuration (TLS, basic auth, extra
+//! response headers), so that existing files written for upstream Kepler and other exporters
+//! keep working.
+//!
+//! Fields are checked strictly, as exporter-toolkit does: an unknown field is an error, and so is
+//! a known toolkit field we cannot honour with rustls (silently ignoring, say,
+//! `client_allowed_sans` would accept clients the operator meant to reject).
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+use serde::Deserialize;
+
+/// A rejected web config. Every variant names the file and, where it applies, the field.
+#[derive(Debug, thiserror::Error)]
+pub enum WebConfigError {
+    #[error("reading web config {file}: {source}")]
+    Read {
+        file: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("parsing web config {file}: {message}")]
+    Parse { file: String, message: String },
+    #[error("web config {file}: {field}: {message}")]
+    Field {
+        file: String,
+        field: String,
+        message: String,
+    },
+}
+
+/// A PEM document given as a path or inline (the toolkit's `cert_file` vs `cert`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Pem {
+    File(PathBuf),
+    Inline(String),
+}
+
+impl Pem {
+    fn read(&self, file: &str, field: &str) -> Result<Vec<u8>, WebConfigError> {
+        match self {
+            Pem::File(path) => std::fs::read(path).map_err(|e| WebConfigError::Field {
+                file: file.to_string(),
+                field: field.to_string(),
+                message: format!("reading {}: {e}", path.display()),
+            }),
+            Pem::Inline(text) => Ok(text.as_bytes().to_vec()),
+        }
+    }
+}
+
+/// TLS protocol versions as the toolkit names them (`TLS10` ... `TLS13`).
+#[derive(Copy, Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum TlsVersion {
+    Tls10,
+    Tls11,
+    Tls12,
+    Tls13,
+}
+
+impl TlsVersion {
+    fn parse(s: &str) -> Option<TlsVersion> {
+        match s {
+            "TLS10" => Some(TlsVersion::Tls10),
+            "TLS11" => Some(TlsVersion::Tls11),
+            "TLS12" => Some(TlsVersion::Tls12),
+            "TLS13" => Some(TlsVersion::Tls13),
+            _ => None,
+        }
+    }
+}
+
+/// Client certificate policy (`client_auth_type`). Only the verifying policies exist: rustls
+/// has no "accept any certificate unverified" mode, and we do not add one.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum ClientAuth {
+    /// `NoClientCert` (default).
+    None,
+    /// `VerifyClientCertIfGiven`.
+    VerifyIfGiven,
+    /// `RequireAndVerifyClientCert`.
+    RequireAndVerify,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TlsConfig {
+    pub cert: Pem,
+    pub key: Pem,
+    pub min_version: TlsVersion,
+    pub max_version: Option<TlsVersion>,
+    pub client_auth: ClientAuth,
+    pub client_ca: Option<Pem>,
+}
+
+/// A parsed web config.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct WebConfig {
+    /// Where it was read from (for error messages), or `<inline>`.
+    pub file: String,
+    /// `None`: plain HTTP (also when `tls_server_config` names no certificate, as the toolkit).
+    pub tls: Option<TlsConfig>,
+    /// User name → bcrypt hash.
+    pub basic_auth_users: BTreeMap<String, String>,
+    /// Extra response headers (`http_server_config.headers`).
+    pub headers: Vec<(String, String)>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawWebConfig {
+    tls_server_config: Option<RawTls>,
+    http_server_config: Option<RawHttp>,
+    basic_auth_users: Option<BTreeMap<String, String>>,
+    rate_limit: Option<serde_yaml::Value>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawTls {
+    cert_file: Option<String>,
+    key_file: Option<String>,
+    cert: Option<String>,
+    key: Option<String>,
+    client_auth_type: Option<String>,
+    client_ca_file: Option<String>,
+    client_ca: Option<String>,
+    min_version: Option<String>,
+    max_version: Option<String>,
+    cipher_suites: Option<serde_yaml::Value>,
+    curve_preferences: Option<serde_yaml::Value>,
+    prefer_server_cipher_suites: Option<bool>,
+    client_allowed_sans: Option<serde_yaml::Value>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawHttp {
+    http2: Option<bool>,
+    headers: Option<BTreeMap<String, String>>,
+}
+
+fn non_empty(s: Option<String>) -> Option<String> {
+    s.filter(|s| !s.trim().is_empty())
+}
+
+impl WebConfig {
+    /// Reads and checks a web config file. Relative certificate paths are relative to the
+    /// file's directory, as in exporter-toolkit.
+    pub fn load(path: &Path) -> Result<WebConfig, WebConfigError> {
+        let file = path.display().to_string();
+        let text = std::fs::read_to_string(path).map_err(|source| WebConfigError::Read {
+            file: file.clone(),
+            source,
+        })?;
+        let base = path.parent().unwrap_or(Path::new("."));
+        WebConfig::parse(&text, base, &file)
+    }
+
+    /// Parses a web config from text; `base` resolves relative paths, `file` names the origin
+    /// in errors.
+    pub fn parse(text: &str, base: &Path, file: &str) -> Result<WebConfig, WebConfigError> {
+        let field_err = |field: &str, message: String| WebConfigError::Field {
+            file: file.to_string(),
+            field: field.to_string(),
+            message,
+        };
+        let mut config = WebConfig {
+            file: file.to_string(),
+            ..WebConfig::default()
+        };
+        // An empty file means "no TLS, no auth" rather than a parse error.
+        if text.trim().is_empty() {
+            return Ok(config);
+        }
+        let raw: RawWebConfig = serde_yaml::from_str(text).map_err(|e| WebConfigError::Parse {
+            file: file.to_string(),
+            message: e.to_string(),
+        })?;
+        if raw.rate_limit.is_some() {
+            return Err(field_err("rate_limit", "not supported".to_string()));
+        }
+
+        if let Some(tls) = raw.tls_server_config {
+            config.tls = Self::tls(tls, base, &field_err)?;
+        }
+
+        for (user, hash) in raw.basic_auth_users.unwrap_or_default() {
+            let field = format!("basic_auth_users.{user}");
+            if user.is_empty() || user.contains(':') {
+                return Err(field_err(
+                    &field,
+                    "a user name must be non-empty and contain no ':'".to_string(),
+                ));
+            }
+            // Checked now so that a typo fails at start-up, not as a 401 at every scrape. The
+            // hash itself is not echoed: it is a secret's digest.
+            if hash.parse::<bcrypt::HashParts>().is_err() {
+                return Err(field_err(
+                    &field,
+                    "not a bcrypt hash (expected the $2y$/$2b$ form, e.g. from `htpasswd -nBC 10`)"
+                        .to_string(),
+                ));
+            }
+            config.basic_auth_users.insert(user, hash);
+        }
+
+        if let Some(http) = raw.http_server_config {
+            // We serve HTTP/1.1 only; `http2: true` (the toolkit's default) is a preference,
+            // not a requirement, so it is accepted.
+            let _ = http.http2;
+            for (name, value) in http.headers.unwrap_or_default() {
+                let field = format!("http_server_config.headers.{name}");
+                let lower = name.to_ascii_lowercase();
+                if matches!(
+                    lower.as_str(),
+                    "content-type"
+                        | "content-length"
+                        | "content-encoding"
+                        | "www-authenticate"
+                        | "authorization"
+                        | "transfer-encoding"
+                        | "connection"
+                ) {
+                    return Err(field_err(
+                        &field,
+                        "this header is set by the server".to_string(),
+                    ));
+                }
+                if axum::http::HeaderName::from_bytes(name.as_bytes()).is_err()
+                    || axum::http::HeaderValue::from_str(&value).is_err()
+                {
+                    return Err(field_err(&field, "not a valid HTTP header".to_string()));
+                }
+                config.headers.push((name, value));
+            }
+        }
+        Ok(config)
+    }
+
+    fn tls(
+        raw: RawTls,
+        base: &Path,
+        field_err: &dyn Fn(&str, String) -> WebConfigError,
+    ) -> Result<Option<TlsConfig>, WebConfigError> {
+        let unsupported = |field: &str, why: &str| {
+            field_err(
+                &format!("tls_server_config.{field}"),
+                format!("not supported: {why}; remove the field"),
+            )
+        };
+        if raw.cipher_suites.is_some() {
+            return Err(unsupported(
+                "cipher_suites",
+                "rustls negotiates only its own set of modern cipher suites",
+            ));
+        }
+        if raw.curve_preferences.is_some() {
+            return Err(unsupported(
+                "curve_preferences",
+                "rustls negotiates only its own set of modern key exchange groups",
+            ));
+        }
+        if raw.client_allowed_sans.is_some() {
+            return Err(unsupported(
+                "client_allowed_sans",
+                "client certificates are verified against client_ca_file only",
+            ));
+        }
+        // Server order is a hint with rustls' small, uniformly strong suite list.
+        let _ = raw.prefer_server_cipher_suites;
+
+        let path = |p: String| {
+            let p = PathBuf::from(p);
+            Pem::File(if p.is_relative() { base.join(p) } else { p })
+        };
+        let one_of = |file: Option<String>, inline: Option<String>, name: &str| match (
+            non_empty(file),
+            non_empty(inline),
+        ) {
+            (Some(_), Some(_)) => Err(field_err(
+                &format!("tls_server_config.{name}_file"),
+                format!("give {name}_file or {name}, not both"),
+            )),
+            (Some(f), None) => Ok(Some(path(f))),
+            (None, Some(i)) => Ok(Some(Pem::Inline(i))),
+            (None, None) => Ok(None),
+        };
+        let cert = one_of(raw.cert_file, raw.cert, "cert")?;
+        let key = one_of(raw.key_file, raw.key, "key")?;
+        let client_ca = one_of(raw.client_ca_file, raw.client_ca, "client_ca")?;
+        let (cert, key) = match (cert, key) {
+            // As the toolkit: a TLS section without certificate and key means plain HTTP.
+            (None, None) => return Ok(None),
+            (Some(_), None) => {
+                return Err(field_err(
+                    "tls_server_config.key_file",
+                    "missing (cert_file is set)".to_string(),
+                ))
+            }
+            (None, Some(_)) => {
+                return Err(field_err(
+                    "tls_server_config.cert_file",
+                    "missing (key_file is set)".to_string(),
+                ))
+            }
+            (Some(c), Some(k)) => (c, k),
+        };
+
+        let version = |field: &str, v: Option<String>| -> Result<Option<TlsVersion>, _> {
+            match non_empty(v) {
+                None => Ok(None),
+                Some(v) => TlsVersion::parse(v.trim()).map(Some).ok_or_else(|| {
+                    field_err(
+                        &format!("tls_server_config.{field}"),
+                        format!(
+                            "unknown TLS version {v:?} (expected TLS10, TLS11, TLS12 or TLS13)"
+                        ),
+                    )
+                }),
+            }
+        };
+        let min_version = version("min_version", raw.min_version)?.unwrap_or(TlsVersion::Tls12);
+        let max_version = version("max_version", raw.max_version)?;
+        if let Some(max) = max_version {
+            if max < TlsVersion::Tls12 {
+                return Err(field_err(
+                    "tls_server_config.max_version",
+                    "TLS 1.0 and 1.1 are not supported (rustls offers TLS 1.2 and 1.3)".to_string(),
+                ));
+            }
+            if max < min_version {
+                return Err(field_err(
+                    "tls_server_config.max_version",
+                    "lower than min_version".to_string(),
+                ));
+            }
+        }
+        if min_version < TlsVersion::Tls12 {
+            tracing::warn!(
+                "web config: tls_server_config.min_version below TLS12 requested; rustls offers TLS 1.2 and 1.3 only"
+            );
+        }
+
+        let client_auth = match non_empty(raw.client_auth_type).as_deref().map(str::trim) {
+            None | Some("NoClientCert") => ClientAuth::None,
+            Some("VerifyClientCertIfGiven") => ClientAuth::VerifyIfGiven,
+            Some("RequireAndVerifyClientCert") => ClientAuth::RequireAndVerify,
+            Some(other @ ("RequestClientCert" | "RequireAnyClientCert")) => {
+                return Err(field_err(
+                    "tls_server_config.client_auth_type",
+                    format!("{other} (accepting unverified client certificates) is not supported"),
+                ))
+            }
+            Some(other) => {
+                return Err(field_err(
+                    "tls_server_config.client_auth_type",
+                    format!("unknown value {other:?} (expected NoClientCert, VerifyClientCertIfGiven or RequireAndVerifyClientCert)"),
+                ))
+            }
+        };
+        match (client_auth, &client_ca) {
+            (ClientAuth::None, Some(_)) => {
+                return Err(field_err(
+                    "tls_server_config.client_ca_file",
+                    "set, but client_auth_type does not verify client certificates".to_string(),
+                ))
+            }
+            (ClientAuth::VerifyIfGiven | ClientAuth::RequireAndVerify, None) => {
+                return Err(field_err(
+                    "tls_server_config.client_ca_file",
+                    "required by client_auth_type".to_string(),
+                ))
+            }
+            _ => {}
+        }
+        Ok(Some(TlsConfig {
+            cert,
+            key,
+            min_version,
+            max_version,
+            client_auth,
+            client_ca,
+        }))
+    }
+
+    /// The rustls configuration, reading the certificate files now. Uses the ring provider
+    /// explicitly, so it does not depend on a process-wide default provider being installed.
+    pub fn rustls_config(&self) -> Result<Option<Arc<rustls::ServerConfig>>, WebConfigError> {
+        let Some(tls) = &self.tls else {
+            return Ok(None);
+        };
+        let file = self.file.as_str();
+        let field_err = |field: &str, message: String| WebConfigError::Field {
+            file: file.to_string(),
+            field: field.to_string(),
+            message,
+        };
+
+        let cert_pem = tls.cert.read(file, "tls_server_config.cert_file")?;
+        let certs: Vec<CertificateDer<'static>> = CertificateDer::pem_slice_iter(&cert_pem)
+            .collect::<Result<_, _>>()
+            .map_err(|e| field_err("tls_server_config.cert_file", format!("bad PEM: {e}")))?;
+        if certs.is_empty() {
+            return Err(field_err(
+                "tls_server_config.cert_file",
+                "no certificate found".to_string(),
+            ));
+        }
+        let key_pem = tls.key.read(file, "tls_server_config.key_file")?;
+        let key = PrivateKeyDer::from_pem_slice(&key_pem).map_err(|e| {
+            field_err(
+                "tls_server_config.key_file",
+                format!("no usable private key: {e}"),
+            )
+        })?;
+
+        let mut versions: Vec<&'static rustls::SupportedProtocolVersion> = Vec::new();
+        let max = tls.max_version.unwrap_or(TlsVersion::Tls13);
+        if tls.min_version <= TlsVersion::Tls12 && max >= TlsVersion::Tls12 {
+            versions.push(&rustls::version::TLS12);
+        }
+        if max >= TlsVersion::Tls13 {
+            versions.push(&rustls::version::TLS13);
+        }
+
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let builder = rustls::ServerConfig::builder_with_provider(provider.clone())
+            .with_protocol_versions(&versions)
+            .map_err(|e| field_err("tls_server_config.min_version", e.to_string()))?;
+        let builder = match (&tls.client_auth, &tls.client_ca) {
+            (ClientAuth::None, _) | (_, None) => builder.with_no_client_auth(),
+            (auth, Some(ca)) => {
+                let ca_pem = ca.read(file, "tls_server_config.client_ca_file")?;
+                let mut roots = rustls::RootCertStore::empty();
+                for cert in CertificateDer::pem_slice_iter(&ca_pem) {
+                    let cert = cert.map_err(|e| {
+                        field_err("tls_server_config.client_ca_file", format!("bad PEM: {e}"))
+                    })?;
+                    roots.add(cert).map_err(|e| {
+                        field_err("tls_server_config.client_ca_file", e.to_string())
+                    })?;
+                }
+                if roots.is_empty() {
+                    return Err(field_err(
+                        "tls_server_config.client_ca_file",
+                        "no certificate found".to_string(),
+                    ));
+                }
+                let mut verifier = rustls::server::WebPkiClientVerifier::builder_with_provider(
+                    Arc::new(roots),
+                    provider,
+                );
+                if *auth == ClientAuth::VerifyIfGiven {
+                    verifier = verifier.allow_unauthenticated();
+                }
+                let verifier = verifier
+                    .build()
+                    .map_err(|e| field_err("tls_server_config.client_ca_file", e.to_string()))?;
+                builder.with_client_cert_verifier(verifier)
+            }
+        };
+        let mut config = builder.with_single_cert(certs, key).map_err(|e| {
+            field_err(
+                "tls_server_config.key_file",
+                format!("does not match the certificate or is unusable: {e}"),
+            )
+        })?;
+        // The server speaks HTTP/1.1 only.
+        config.alpn_protocols = vec![b"http/1.1".to_vec()];
+        Ok(Some(Arc::new(config)))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(text: &str) -> Result<WebConfig, WebConfigError> {
+        WebConfig::parse(text, Path::new("/etc/kepler"), "web.yml")
+    }
+
+    fn field_of(e: WebConfigError) -> String {
+        match e {
+            WebConfigError::Field { field, .. } => field,
+            other => panic!("not a field error: {other}"),
+        }
+    }
+
+    #[test]
+    fn full_config_parses() {
+        let hash = bcrypt::hash("secret", 4).unwrap();
+        let c = parse(&format!(
+            "tls_server_config:\n  cert_file: tls.crt\n  key_file: /abs/tls.key\n  min_version: TLS13\n\
+             basic_auth_users:\n  alice: '{hash}'\n\
+             http_server_config:\n  http2: true\n  headers:\n    X-Frame-Options: deny\n"
+        ))
+        .unwrap();
+        let tls = c.tls.unwrap();
+        assert_eq!(tls.cert, Pem::File("/etc/kepler/tls.crt".into()));
+        assert_eq!(tls.key, Pem::File("/abs/tls.key".into()));
+        assert_eq!(tls.min_version, TlsVersion::Tls13);
+        assert_eq!(c.basic_auth_users["alice"], hash);
+        assert_eq!(c.headers, vec![("X-Frame-Options".into(), "deny".into())]);
+    }
+
+    #[test]
+    fn empty_and_certless_configs_mean_plain_http() {
+        let hash = bcrypt::hash("secret", 4).unwrap();
+        assert_eq!(parse("").unwrap().tls, None);
+        assert_eq!(
+            parse(&format!(
+                "tls_server_config: {{}}\nbasic_auth_users: {{bob: '{hash}'}}\n"
+            ))
+            .unwrap()
+            .tls,
+            None
+        );
+    }
+
+    #[test]
+    fn errors_name_the_field() {
+        assert_eq!(
+            field_of(parse("tls_server_config:\n  cert_file: a\n").unwrap_err()),
+            "tls_server_config.key_file"
+        );
+        assert_eq!(
+            field_of(
+                parse("tls_server_config:\n  cert_file: a\n  key_file: b\n  min_version: SSL3\n")
+                    .unwrap_err()
+            ),
+            "tls_server_config.min_version"
+        );
+        assert_eq!(
+            field_of(parse("basic_auth_users:\n  alice: plaintext\n").unwrap_err()),
+            "basic_auth_users.alice"
+        );
+        assert_eq!(
+            field_of(
+                parse("tls_server_config:\n  cert_file: a\n  key_file: b\n  cipher_suites: [x]\n")
+                    .unwrap_err()
+            ),
+            "tls_server_config.cipher_suites"
+        );
+        assert_eq!(
+            field_of(
+                parse("tls_server_config:\n  cert_file: a\n  key_file: b\n  client_auth_type: RequireAndVerifyClientCert\n")
+                    .unwrap_err()
+            ),
+            "tls_server_config.client_ca_file"
+        );
+        let unknown = parse("tls_server_config:\n  cert_fil: a\n").unwrap_err();
+        assert!(
+            matches!(&unknown, WebConfigError::Parse { .. })
+                && unknown.to_string().contains("cert_fil"),
+            "{unknown}"
+        );
+        let err = parse("basic_auth_users: [1, 2]\n").unwrap_err();
+        assert!(err.to_string().contains("basic_auth_users"), "{err}");
+    }
+
+    #[test]
+    fn missing_certificate_file_is_named() {
+        let c = parse(
+            "tls_server_config:\n  cert_file: /nonexistent/c.pem\n  key_file: /nonexistent/k.pem\n",
+        )
+        .unwrap();
+        let err = c.rustls_config().unwrap_err();
+        assert_eq!(field_of(err), "tls_server_config.cert_file");
+    }
+}
