@@ -26,8 +26,9 @@ cleanup() {
 trap cleanup EXIT
 sysctl -q kernel.bpf_stats_enabled=1
 
-# Holds the programs (and snapshots once a second) for the whole run.
-"$hold" $((2 * secs + 8)) >"$log" 2>&1 &
+# Holds the programs (and snapshots once a second) for the whole run, then reports its own
+# CPU per snapshot.
+"$hold" $((2 * secs + 2)) >"$log" 2>&1 &
 hold_pid=$!
 for _ in $(seq 100); do grep -q '^ready' "$log" && break; sleep 0.1; done
 grep -q '^ready' "$log" || { cat "$log" >&2; exit 1; }
@@ -64,7 +65,7 @@ stress-ng --switch 2 -t "${secs}s" -q >/dev/null 2>&1
 b=$(sample)
 rows "stress-ng --switch 2" "$a" "$b" "$secs"
 
-kill "$hold_pid"; wait "$hold_pid" 2>/dev/null || true; hold_pid=
+wait "$hold_pid" 2>/dev/null || true; hold_pid=
 echo
 echo "kernel $(uname -r), $(nproc) CPUs; loader: $(grep -m1 '^loaded' "$log" | cut -d: -f1)"
 grep '^per snapshot' "$log" | sed 's/^/agent /' || true

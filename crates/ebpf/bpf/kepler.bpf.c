@@ -1,0 +1,337 @@
+// SPDX-License-Identifier: GPL-2.0-only OR Apache-2.0
+/*
+ * Per-process (thread group) CPU accounting for kepler-rs.
+ *
+ * sched_switch charges the time since the previous switch on this CPU to the task leaving it,
+ * keyed by tgid in `tasks`. When the last thread of a group leaves the CPU for the last time
+ * (TASK_DEAD with no live thread left), its totals move to the `exits` ring buffer, which user
+ * space drains every tick, so a process living shorter than one tick is still counted.
+ * Optional programs (softirq, page cache) add event counts to the same entries, and hardware
+ * counters are read at each switch when the loader opened them.
+ *
+ * The record layouts below are mirrored by crates/ebpf/src/abi.rs: change both together.
+ */
+#include "kernel_types.h"
+#include <linux/bpf.h>
+#include <bpf/bpf_helpers.h>
+#include <bpf/bpf_tracing.h>
+#include <bpf/bpf_core_read.h>
+
+char LICENSE[] SEC("license") = "GPL";
+
+#define TASK_DEAD 0x80
+#define PF_KTHREAD 0x00200000
+#define NET_TX_SOFTIRQ 2
+#define NET_RX_SOFTIRQ 3
+#define BLOCK_SOFTIRQ 4
+#define EEXIST 17
+#define CGROUP_EVERY 16
+
+/* Set by the loader before load; the verifier then drops the hardware-counter code when off. */
+const volatile __u8 hw_counters = 0;
+
+struct task_totals {
+	__u64 start_ns; /* group leader's start_boottime: tells reused tgids apart */
+	__u64 cgroup_id; /* default-hierarchy cgroup at the last switch */
+	__u64 cpu_ns;
+	__u64 switches;
+	__u64 page_cache_hits;
+	__u64 irq_net_tx;
+	__u64 irq_net_rx;
+	__u64 irq_block;
+	__u64 cycles;
+	__u64 instructions;
+	__u64 cache_misses;
+	__u32 flags; /* bit 0: kernel thread */
+	__u32 _pad;
+};
+
+struct exit_record {
+	__u32 tgid;
+	__u32 _pad;
+	char comm[16];
+	/*
+	 * The cgroup of the cpu controller's hierarchy, read at exit. On hybrid hosts runtimes
+	 * often place containers only in v1 hierarchies while the unified cgroup (cgroup_id) stays
+	 * a service's; this lets user space still find the container. Same as cgroup_id on
+	 * cgroup2-only hosts; 0 when unknown.
+	 */
+	__u64 cpu_cgroup_id;
+	struct task_totals totals;
+};
+
+/*
+ * Per CPU: when the running task was switched in, and which group it belongs to. User space
+ * reads it to add the running stretch of a task that has not left its CPU for a long time
+ * (a CPU hog alone on a CPU may not switch for seconds) instead of crediting it all later.
+ */
+struct cpu_state {
+	__u64 last_ns;
+	__u64 cycles;
+	__u64 instructions;
+	__u64 cache_misses;
+	__u32 cur_tgid;
+	__u32 _pad;
+	__u64 cur_start_ns;
+};
+
+enum kstat {
+	KSTAT_TASKS_FULL = 0, /* a new tgid found `tasks` full: its time is lost */
+	KSTAT_EXITS_LOST = 1, /* `exits` was full: an exited group's totals are lost */
+	KSTAT_TGID_REUSED = 2, /* a stale entry was found for a reused tgid and handed over */
+	KSTAT_COUNT = 4,
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 16384); /* the loader sets the configured size */
+	__type(key, __u32);
+	__type(value, struct task_totals);
+} tasks SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_RINGBUF);
+	__uint(max_entries, 4 << 20);
+} exits SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct cpu_state);
+} cpu_state SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, KSTAT_COUNT);
+	__type(key, __u32);
+	__type(value, __u64);
+} kstats SEC(".maps");
+
+/* One perf event per CPU each, opened by the loader; max_entries 0 = number of CPUs. */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERF_EVENT_ARRAY);
+	__uint(key_size, sizeof(__u32));
+	__uint(value_size, sizeof(__u32));
+	__uint(max_entries, 0);
+} hw_cycles SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERF_EVENT_ARRAY);
+	__uint(key_size, sizeof(__u32));
+	__uint(value_size, sizeof(__u32));
+	__uint(max_entries, 0);
+} hw_instr SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERF_EVENT_ARRAY);
+	__uint(key_size, sizeof(__u32));
+	__uint(value_size, sizeof(__u32));
+	__uint(max_entries, 0);
+} hw_cmiss SEC(".maps");
+
+static __always_inline void kstat_inc(__u32 which)
+{
+	__u64 *v = bpf_map_lookup_elem(&kstats, &which);
+
+	if (v)
+		__sync_fetch_and_add(v, 1);
+}
+
+/* Advances one counter of this CPU and returns how much it moved since the last switch. */
+static __always_inline __u64 hw_delta(void *map, __u64 *last)
+{
+	struct bpf_perf_event_value v = {};
+
+	if (bpf_perf_event_read_value(map, BPF_F_CURRENT_CPU, &v, sizeof(v)))
+		return 0;
+	__u64 d = v.counter - *last;
+	*last = v.counter;
+	return d;
+}
+
+/* The id of `task`'s cgroup in the cpu controller's hierarchy, or 0. */
+static __always_inline __u64 cpu_cgroup_id(struct task_struct *task)
+{
+	struct cgroup_subsys_state *css = NULL;
+
+	if (!bpf_core_enum_value_exists(enum cgroup_subsys_id, cpu_cgrp_id))
+		return 0;
+	__u32 idx = bpf_core_enum_value(enum cgroup_subsys_id, cpu_cgrp_id);
+
+	if (idx >= 16)
+		return 0;
+	struct css_set *cset = task->cgroups;
+
+	if (bpf_probe_read_kernel(&css, sizeof(css), &cset->subsys[idx]) || !css)
+		return 0;
+	return BPF_CORE_READ(css, cgroup, kn, id);
+}
+
+/*
+ * Hands an entry's totals to user space and removes it. The delete decides which CPU moves an
+ * entry when two threads of a dying group race here: the loser discards its copy.
+ */
+static __always_inline void move_to_exits(__u32 tgid, struct task_totals *t, struct task_struct *task)
+{
+	struct exit_record *r = bpf_ringbuf_reserve(&exits, sizeof(*r), 0);
+
+	if (!r) {
+		kstat_inc(KSTAT_EXITS_LOST);
+		bpf_map_delete_elem(&tasks, &tgid);
+		return;
+	}
+	r->tgid = tgid;
+	r->_pad = 0;
+	r->cpu_cgroup_id = task ? cpu_cgroup_id(task) : 0;
+	if (!task || bpf_probe_read_kernel_str(r->comm, sizeof(r->comm), task->group_leader->comm) < 0)
+		__builtin_memset(r->comm, 0, sizeof(r->comm));
+	/* Copy before the delete: a deleted element's memory is reused by the map. */
+	__builtin_memcpy(&r->totals, t, sizeof(r->totals));
+	if (bpf_map_delete_elem(&tasks, &tgid)) {
+		bpf_ringbuf_discard(r, BPF_RB_NO_WAKEUP);
+		return;
+	}
+	/* User space polls every tick: skip the wake-up and its irq_work. */
+	bpf_ringbuf_submit(r, BPF_RB_NO_WAKEUP);
+}
+
+/* The entry of `task`'s group, created on first sight; NULL when the map is full. */
+static __always_inline struct task_totals *task_entry(struct task_struct *task, __u32 tgid)
+{
+	__u64 start = task->group_leader->start_boottime;
+	struct task_totals *t = bpf_map_lookup_elem(&tasks, &tgid);
+
+	if (t) {
+		if (t->start_ns == start)
+			return t;
+		/* The old group's exit was never seen (lost race): report it rather than merge. */
+		kstat_inc(KSTAT_TGID_REUSED);
+		move_to_exits(tgid, t, NULL);
+	}
+	struct task_totals fresh = {};
+
+	fresh.start_ns = start;
+	fresh.flags = (task->flags & PF_KTHREAD) ? 1 : 0;
+	long err = bpf_map_update_elem(&tasks, &tgid, &fresh, BPF_NOEXIST);
+
+	if (err && err != -EEXIST) {
+		kstat_inc(KSTAT_TASKS_FULL);
+		return NULL;
+	}
+	return bpf_map_lookup_elem(&tasks, &tgid);
+}
+
+SEC("tp_btf/sched_switch")
+int BPF_PROG(kepler_switch, bool preempt, struct task_struct *prev, struct task_struct *next,
+	     unsigned int prev_state)
+{
+	__u32 zero = 0;
+	struct cpu_state *cs = bpf_map_lookup_elem(&cpu_state, &zero);
+
+	if (!cs)
+		return 0;
+	__u64 now = bpf_ktime_get_ns();
+	__u64 last = cs->last_ns;
+	__u64 cycles = 0, instructions = 0, misses = 0;
+
+	cs->last_ns = now;
+	cs->cur_tgid = next->tgid;
+	cs->cur_start_ns = next->tgid ? next->group_leader->start_boottime : 0;
+	if (hw_counters) {
+		cycles = hw_delta(&hw_cycles, &cs->cycles);
+		instructions = hw_delta(&hw_instr, &cs->instructions);
+		misses = hw_delta(&hw_cmiss, &cs->cache_misses);
+	}
+	__u32 tgid = prev->tgid;
+
+	/* tgid 0 is the idle task; last_ns 0 means this CPU's first switch since load. */
+	if (tgid == 0 || last == 0)
+		return 0;
+	struct task_totals *t = task_entry(prev, tgid);
+
+	if (!t)
+		return 0;
+	/* A plain read is enough here: it only picks the switches that refresh the cgroup. */
+	__u64 seen = t->switches;
+
+	__sync_fetch_and_add(&t->cpu_ns, now - last);
+	__sync_fetch_and_add(&t->switches, 1);
+	if (hw_counters) {
+		__sync_fetch_and_add(&t->cycles, cycles);
+		__sync_fetch_and_add(&t->instructions, instructions);
+		__sync_fetch_and_add(&t->cache_misses, misses);
+	}
+	/*
+	 * The group's end is its last thread's final switch, after sched_process_exit: moving the
+	 * totals there keeps the exit path's own CPU time (closing files, notifying the parent).
+	 */
+	bool group_done = prev_state == TASK_DEAD && prev->signal->live.counter == 0;
+
+	/*
+	 * The cgroup (still prev's: current is prev until the switch) is read on the group's
+	 * first switch, every CGROUP_EVERY switches after, and at its end. Reading it on every
+	 * switch cost ~30 ns of the ~250; a process moved to another cgroup is seen within a few
+	 * switches, and an exited one always carries its final cgroup.
+	 */
+	if ((seen % CGROUP_EVERY) == 0 || group_done)
+		t->cgroup_id = bpf_get_current_cgroup_id();
+	if (group_done)
+		move_to_exits(tgid, t, prev);
+	return 0;
+}
+
+/* Counts an event for the current task's group if it already has an entry. */
+static __always_inline struct task_totals *current_entry(void)
+{
+	__u32 tgid = bpf_get_current_pid_tgid() >> 32;
+
+	if (tgid == 0)
+		return NULL;
+	return bpf_map_lookup_elem(&tasks, &tgid);
+}
+
+SEC("tp_btf/softirq_entry")
+int BPF_PROG(kepler_softirq, unsigned int vec_nr)
+{
+	if (vec_nr != NET_TX_SOFTIRQ && vec_nr != NET_RX_SOFTIRQ && vec_nr != BLOCK_SOFTIRQ)
+		return 0;
+	struct task_totals *t = current_entry();
+
+	if (!t)
+		return 0;
+	if (vec_nr == NET_TX_SOFTIRQ)
+		__sync_fetch_and_add(&t->irq_net_tx, 1);
+	else if (vec_nr == NET_RX_SOFTIRQ)
+		__sync_fetch_and_add(&t->irq_net_rx, 1);
+	else
+		__sync_fetch_and_add(&t->irq_block, 1);
+	return 0;
+}
+
+static __always_inline void count_page_cache_hit(void)
+{
+	struct task_totals *t = current_entry();
+
+	if (t)
+		__sync_fetch_and_add(&t->page_cache_hits, 1);
+}
+
+/*
+ * Page-cache hits: the loader attaches one of these to folio_mark_accessed, else
+ * mark_page_accessed. fentry is tried first (a direct call, cheaper than a kprobe's trap);
+ * kernels without BPF trampolines, or that refuse them, get the kprobe.
+ */
+SEC("fentry")
+int BPF_PROG(kepler_pgcache_fentry)
+{
+	count_page_cache_hit();
+	return 0;
+}
+
+SEC("kprobe")
+int kepler_pgcache(void *ctx)
+{
+	count_page_cache_hit();
+	return 0;
+}

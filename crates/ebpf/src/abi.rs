@@ -1,0 +1,163 @@
+//! The compiled BPF object and the Rust mirrors of the records it shares with user space. The
+//! layouts must match `bpf/kepler.bpf.c`; the size assertions below catch a drift in width.
+
+/// `bpf/kepler.bpf.o`, built by `make bpf` and committed so that `cargo build` needs no clang.
+/// Aligned to 8 bytes because the ELF parser reads headers in place.
+pub(crate) static OBJECT: &[u8] = aya::include_bytes_aligned!("../bpf/kepler.bpf.o");
+
+/// Totals of one thread group since the program was loaded (`struct task_totals`).
+#[repr(C)]
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
+pub(crate) struct TaskTotals {
+    /// The group leader's `start_boottime` in ns.
+    pub start_ns: u64,
+    pub cgroup_id: u64,
+    pub cpu_ns: u64,
+    pub switches: u64,
+    pub page_cache_hits: u64,
+    pub irq_net_tx: u64,
+    pub irq_net_rx: u64,
+    pub irq_block: u64,
+    pub cycles: u64,
+    pub instructions: u64,
+    pub cache_misses: u64,
+    /// Bit 0: kernel thread.
+    pub flags: u32,
+    pub _pad: u32,
+}
+
+// SAFETY: plain integers, `repr(C)`, no padding left implicit.
+unsafe impl aya::Pod for TaskTotals {}
+
+impl TaskTotals {
+    pub(crate) const KERNEL_THREAD: u32 = 1;
+
+    /// Adds another part of the same group's totals (a group can be handed over in pieces
+    /// when its threads exit on several CPUs at once).
+    pub(crate) fn add(&mut self, other: &TaskTotals) {
+        self.cpu_ns = self.cpu_ns.saturating_add(other.cpu_ns);
+        self.switches = self.switches.saturating_add(other.switches);
+        self.page_cache_hits = self.page_cache_hits.saturating_add(other.page_cache_hits);
+        self.irq_net_tx = self.irq_net_tx.saturating_add(other.irq_net_tx);
+        self.irq_net_rx = self.irq_net_rx.saturating_add(other.irq_net_rx);
+        self.irq_block = self.irq_block.saturating_add(other.irq_block);
+        self.cycles = self.cycles.saturating_add(other.cycles);
+        self.instructions = self.instructions.saturating_add(other.instructions);
+        self.cache_misses = self.cache_misses.saturating_add(other.cache_misses);
+        if other.cgroup_id != 0 {
+            self.cgroup_id = other.cgroup_id;
+        }
+        self.flags |= other.flags;
+    }
+}
+
+/// One exited thread group, as written to the `exits` ring buffer (`struct exit_record`).
+#[repr(C)]
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
+pub(crate) struct ExitRecord {
+    pub tgid: u32,
+    pub _pad: u32,
+    pub comm: [u8; 16],
+    /// Cgroup id in the cpu controller's hierarchy (a v1 one on hybrid hosts); 0 if unknown.
+    pub cpu_cgroup_id: u64,
+    pub totals: TaskTotals,
+}
+
+impl ExitRecord {
+    /// Parses a ring-buffer item; `None` if it is shorter than a record (a kernel/user-space
+    /// mismatch, never expected).
+    pub(crate) fn parse(bytes: &[u8]) -> Option<ExitRecord> {
+        if bytes.len() < std::mem::size_of::<ExitRecord>() {
+            return None;
+        }
+        // SAFETY: the length was checked, every bit pattern is a valid `ExitRecord` (integers
+        // only), and `read_unaligned` makes no alignment assumption about the ring buffer.
+        Some(unsafe { std::ptr::read_unaligned(bytes.as_ptr().cast::<ExitRecord>()) })
+    }
+
+    pub(crate) fn comm(&self) -> String {
+        let end = self
+            .comm
+            .iter()
+            .position(|&b| b == 0)
+            .unwrap_or(self.comm.len());
+        String::from_utf8_lossy(self.comm.get(..end).unwrap_or_default()).into_owned()
+    }
+}
+
+/// One CPU's switch state (`struct cpu_state`).
+#[repr(C)]
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
+pub(crate) struct CpuState {
+    /// CLOCK_MONOTONIC ns of the last switch on this CPU; 0 before the first one.
+    pub last_ns: u64,
+    pub cycles: u64,
+    pub instructions: u64,
+    pub cache_misses: u64,
+    /// Group of the task switched in then (0: idle).
+    pub cur_tgid: u32,
+    pub _pad: u32,
+    pub cur_start_ns: u64,
+}
+
+// SAFETY: plain integers, `repr(C)`, no implicit padding.
+unsafe impl aya::Pod for CpuState {}
+
+/// Indices of the `kstats` array.
+pub(crate) mod kstat {
+    pub const TASKS_FULL: u32 = 0;
+    pub const EXITS_LOST: u32 = 1;
+    pub const TGID_REUSED: u32 = 2;
+}
+
+/// Names in the object, kept in one place so the loader and the tests agree.
+pub(crate) mod names {
+    pub const SWITCH_PROG: &str = "kepler_switch";
+    pub const SOFTIRQ_PROG: &str = "kepler_softirq";
+    pub const PGCACHE_PROG: &str = "kepler_pgcache";
+    pub const PGCACHE_FENTRY_PROG: &str = "kepler_pgcache_fentry";
+    pub const TASKS: &str = "tasks";
+    pub const EXITS: &str = "exits";
+    pub const KSTATS: &str = "kstats";
+    pub const CPU_STATE: &str = "cpu_state";
+    pub const HW_CYCLES: &str = "hw_cycles";
+    pub const HW_INSTR: &str = "hw_instr";
+    pub const HW_CMISS: &str = "hw_cmiss";
+    pub const HW_GLOBAL: &str = "hw_counters";
+}
+
+const _: () = assert!(std::mem::size_of::<TaskTotals>() == 96);
+const _: () = assert!(std::mem::size_of::<ExitRecord>() == 128);
+const _: () = assert!(std::mem::size_of::<CpuState>() == 48);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn object_is_an_aligned_bpf_elf() {
+        assert_eq!(OBJECT.as_ptr() as usize % 8, 0);
+        assert_eq!(OBJECT.get(..4), Some(&b"\x7fELF"[..]));
+    }
+
+    #[test]
+    fn exit_record_parses_and_trims_comm() {
+        let mut rec = ExitRecord {
+            tgid: 42,
+            ..Default::default()
+        };
+        rec.comm[..4].copy_from_slice(b"bash");
+        rec.totals.cpu_ns = 7;
+        // SAFETY: test-only view of a plain `repr(C)` value as bytes.
+        let bytes = unsafe {
+            std::slice::from_raw_parts(
+                (&rec as *const ExitRecord).cast::<u8>(),
+                std::mem::size_of::<ExitRecord>(),
+            )
+        };
+        let parsed = ExitRecord::parse(bytes).unwrap();
+        assert_eq!(parsed, rec);
+        assert_eq!(parsed.comm(), "bash");
+        assert!(ExitRecord::parse(&bytes[..10]).is_none());
+    }
+}

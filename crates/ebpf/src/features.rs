@@ -1,0 +1,213 @@
+//! The model features of DESIGN §7 as per-second rates over one interval, per process and
+//! summed over the node, from two consecutive usage snapshots. Pure: no I/O.
+//!
+//! A process first seen in `current` counts from zero only if it started after `previous` was
+//! taken; otherwise its first reading is a baseline and it has no rates yet. This is the rule
+//! attribution applies to CPU time, so features and attributed energy cover the same work.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use kepler_core::{ProcessKey, ProcessUsage, TaskCounters, UsageSnapshot};
+
+/// Kepler's feature names, in the order models usually list them.
+pub const FEATURE_NAMES: [&str; 8] = [
+    "bpf_cpu_time_ms",
+    "bpf_page_cache_hit",
+    "bpf_block_irq",
+    "bpf_net_rx_irq",
+    "bpf_net_tx_irq",
+    "cpu_cycles",
+    "cpu_instructions",
+    "cache_miss",
+];
+
+/// Per-second rates over one interval. `None`: the source does not measure that event.
+#[derive(Copy, Clone, Debug, Default, PartialEq)]
+pub struct FeatureRates {
+    /// CPU milliseconds per second (1000 = one CPU busy).
+    pub bpf_cpu_time_ms: f64,
+    pub bpf_page_cache_hit: Option<f64>,
+    pub bpf_block_irq: Option<f64>,
+    pub bpf_net_rx_irq: Option<f64>,
+    pub bpf_net_tx_irq: Option<f64>,
+    pub cpu_cycles: Option<f64>,
+    pub cpu_instructions: Option<f64>,
+    pub cache_miss: Option<f64>,
+}
+
+impl FeatureRates {
+    /// The rate of a feature by its Kepler name; `None` for unknown or unmeasured features.
+    pub fn get(&self, name: &str) -> Option<f64> {
+        match name {
+            "bpf_cpu_time_ms" => Some(self.bpf_cpu_time_ms),
+            "bpf_page_cache_hit" => self.bpf_page_cache_hit,
+            "bpf_block_irq" => self.bpf_block_irq,
+            "bpf_net_rx_irq" => self.bpf_net_rx_irq,
+            "bpf_net_tx_irq" => self.bpf_net_tx_irq,
+            "cpu_cycles" => self.cpu_cycles,
+            "cpu_instructions" => self.cpu_instructions,
+            "cache_miss" => self.cache_miss,
+            _ => None,
+        }
+    }
+
+    fn add(&mut self, o: &FeatureRates) {
+        fn sum(a: &mut Option<f64>, b: Option<f64>) {
+            if let Some(b) = b {
+                *a = Some(a.unwrap_or(0.0) + b);
+            }
+        }
+        self.bpf_cpu_time_ms += o.bpf_cpu_time_ms;
+        sum(&mut self.bpf_page_cache_hit, o.bpf_page_cache_hit);
+        sum(&mut self.bpf_block_irq, o.bpf_block_irq);
+        sum(&mut self.bpf_net_rx_irq, o.bpf_net_rx_irq);
+        sum(&mut self.bpf_net_tx_irq, o.bpf_net_tx_irq);
+        sum(&mut self.cpu_cycles, o.cpu_cycles);
+        sum(&mut self.cpu_instructions, o.cpu_instructions);
+        sum(&mut self.cache_miss, o.cache_miss);
+    }
+}
+
+/// Features of one interval.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Features {
+    pub interval: Duration,
+    /// Sum over the processes below.
+    pub node: FeatureRates,
+    /// Processes that have rates this interval (not the ones whose first reading is a baseline).
+    pub processes: Vec<(ProcessKey, FeatureRates)>,
+}
+
+/// Rates between two snapshots of the same source, `previous` taken first. An empty or
+/// negative interval gives no process rates.
+pub fn features(previous: &UsageSnapshot, current: &UsageSnapshot) -> Features {
+    let interval = current.uptime.saturating_sub(previous.uptime);
+    let mut out = Features {
+        interval,
+        ..Default::default()
+    };
+    let secs = interval.as_secs_f64();
+    if secs <= 0.0 {
+        return out;
+    }
+    let before: HashMap<ProcessKey, &ProcessUsage> =
+        previous.processes.iter().map(|p| (p.key, p)).collect();
+    for p in &current.processes {
+        let base = match before.get(&p.key) {
+            Some(b) => Some(*b),
+            None if p.key.start_time >= previous.uptime => None,
+            None => continue,
+        };
+        let rates = rates(base, p, secs);
+        out.node.add(&rates);
+        out.processes.push((p.key, rates));
+    }
+    out
+}
+
+fn rates(before: Option<&ProcessUsage>, now: &ProcessUsage, secs: f64) -> FeatureRates {
+    let cpu = now
+        .cpu_time
+        .saturating_sub(before.map_or(Duration::ZERO, |b| b.cpu_time));
+    let zero = TaskCounters::default();
+    let c_now = now.counters.as_deref().unwrap_or(&zero);
+    let c_before = before.and_then(|b| b.counters.as_deref());
+    // A counter the earlier reading lacked starts from zero: it was just enabled or the
+    // process is new, and either way everything counted so far happened since.
+    let rate = |f: fn(&TaskCounters) -> Option<u64>| {
+        let n = f(c_now)?;
+        let b = c_before.and_then(f).unwrap_or(0);
+        Some(n.saturating_sub(b) as f64 / secs)
+    };
+    FeatureRates {
+        bpf_cpu_time_ms: cpu.as_secs_f64() * 1e3 / secs,
+        bpf_page_cache_hit: rate(|c| c.page_cache_hits),
+        bpf_block_irq: rate(|c| c.irq_block),
+        bpf_net_rx_irq: rate(|c| c.irq_net_rx),
+        bpf_net_tx_irq: rate(|c| c.irq_net_tx),
+        cpu_cycles: rate(|c| c.cpu_cycles),
+        cpu_instructions: rate(|c| c.cpu_instructions),
+        cache_miss: rate(|c| c.cache_misses),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::Arc;
+
+    fn proc(pid: u32, start_ms: u64, cpu_ms: u64, hits: Option<u64>) -> ProcessUsage {
+        ProcessUsage {
+            key: ProcessKey {
+                pid,
+                start_time: Duration::from_millis(start_ms),
+            },
+            cpu_time: Duration::from_millis(cpu_ms),
+            info: Arc::default(),
+            exited: false,
+            counters: hits.map(|h| {
+                Box::new(TaskCounters {
+                    page_cache_hits: Some(h),
+                    ..Default::default()
+                })
+            }),
+        }
+    }
+
+    fn snap(uptime_s: u64, processes: Vec<ProcessUsage>) -> UsageSnapshot {
+        UsageSnapshot {
+            uptime: Duration::from_secs(uptime_s),
+            processes,
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn rates_follow_the_first_sight_rule() {
+        let prev = snap(10, vec![proc(1, 0, 1000, Some(100))]);
+        let cur = snap(
+            12,
+            vec![
+                proc(1, 0, 3000, Some(300)),   // known: 2000 ms over 2 s
+                proc(2, 11_000, 500, None),    // started in the interval: all of it counts
+                proc(3, 5_000, 9000, Some(7)), // older, first seen: baseline only
+            ],
+        );
+        let f = features(&prev, &cur);
+        assert_eq!(f.interval, Duration::from_secs(2));
+        assert_eq!(f.processes.len(), 2);
+        assert_eq!(f.processes[0].1.bpf_cpu_time_ms, 1000.0);
+        assert_eq!(f.processes[0].1.bpf_page_cache_hit, Some(100.0));
+        assert_eq!(f.processes[1].1.bpf_cpu_time_ms, 250.0);
+        assert_eq!(f.processes[1].1.bpf_page_cache_hit, None);
+        assert_eq!(f.node.bpf_cpu_time_ms, 1250.0);
+        assert_eq!(f.node.get("bpf_page_cache_hit"), Some(100.0));
+        assert_eq!(f.node.get("cpu_cycles"), None);
+        assert_eq!(f.node.get("nonsense"), None);
+    }
+
+    #[test]
+    fn empty_interval_has_no_rates() {
+        let s = snap(10, vec![proc(1, 0, 1000, None)]);
+        let f = features(&s, &s);
+        assert!(f.processes.is_empty());
+        assert_eq!(f.node, FeatureRates::default());
+    }
+
+    #[test]
+    fn every_name_is_readable() {
+        let r = FeatureRates {
+            bpf_cpu_time_ms: 1.0,
+            bpf_page_cache_hit: Some(2.0),
+            bpf_block_irq: Some(3.0),
+            bpf_net_rx_irq: Some(4.0),
+            bpf_net_tx_irq: Some(5.0),
+            cpu_cycles: Some(6.0),
+            cpu_instructions: Some(7.0),
+            cache_miss: Some(8.0),
+        };
+        let got: Vec<f64> = FEATURE_NAMES.iter().filter_map(|n| r.get(n)).collect();
+        assert_eq!(got, vec![1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0]);
+    }
+}

@@ -1,0 +1,362 @@
+//! Live tests of the eBPF source: they load the real programs, so they need root (CI runs as
+//! root) and print why they skip otherwise. Run with `cargo test -p kepler-ebpf -- --nocapture`
+//! to see the measured numbers.
+
+mod common;
+
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant};
+
+use common::*;
+use kepler_core::{Classifier, NoWorkloads, UsageSnapshot, UsageSource};
+use kepler_ebpf::{EbpfSettings, EbpfSource};
+use kepler_workloads::CgroupClassifier;
+
+/// The live tests measure CPU time; running them one at a time keeps them from competing.
+static SERIAL: Mutex<()> = Mutex::new(());
+
+/// Not a test: the helper child modes, reached when the binary is re-executed with CHILD_ENV.
+#[test]
+fn child_entry_point() {
+    let Ok(mode) = std::env::var(CHILD_ENV) else {
+        return;
+    };
+    let parts: Vec<&str> = mode.split(':').collect();
+    match parts.as_slice() {
+        ["burn", ms] => burn_cpu(Duration::from_millis(ms.parse().unwrap())),
+        ["burst", n, ms] => fork_burst(
+            n.parse().unwrap(),
+            Duration::from_millis(ms.parse().unwrap()),
+        ),
+        ["probe"] => match kepler_ebpf::probe("/proc", &EbpfSettings::default()) {
+            Ok(what) => {
+                println!("PROBE-OK {what}");
+                std::process::exit(3);
+            }
+            Err(why) => {
+                println!("PROBE-UNAVAILABLE {why}");
+                std::process::exit(0);
+            }
+        },
+        _ => panic!("unknown child mode {mode}"),
+    }
+    std::process::exit(0);
+}
+
+fn source(classifier: Arc<dyn Classifier>) -> EbpfSource {
+    match EbpfSource::new("/proc", classifier, EbpfSettings::default()) {
+        Ok(s) => s,
+        Err(e) => panic!("running as root, eBPF must load: {e}"),
+    }
+}
+
+#[test]
+fn burning_child_is_credited_its_cpu_time() {
+    if skip_unless_root("burning_child_is_credited_its_cpu_time") {
+        return;
+    }
+    let _serial = SERIAL.lock().unwrap_or_else(PoisonError::into_inner);
+    let mut src = source(Arc::new(NoWorkloads));
+    let s0 = src.snapshot().unwrap();
+    let exe = std::env::current_exe().unwrap();
+    // Reaped with wait4 below (for its rusage), not through `Child`.
+    #[allow(clippy::zombie_processes)]
+    let child = child_command(&exe, "burn:1500").spawn().unwrap();
+    let pid = child.id();
+    // Read the start time the procfs way while the child lives, to compare keys.
+    std::thread::sleep(Duration::from_millis(100));
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+    let start_ticks: u64 = stat
+        .rsplit_once(')')
+        .unwrap()
+        .1
+        .split_whitespace()
+        .nth(22 - 3)
+        .unwrap()
+        .parse()
+        .unwrap();
+    // Mid-run, the running stretch counts too: the credited time follows the kernel's own
+    // runtime (schedstat) closely even if the child has not left its CPU for a while.
+    std::thread::sleep(Duration::from_millis(700));
+    let live = src.snapshot().unwrap();
+    // Summed over threads: the harness burns in a test thread, not the main one.
+    let runtime_ns: u64 = std::fs::read_dir(format!("/proc/{pid}/task"))
+        .unwrap()
+        .flatten()
+        .filter_map(|t| std::fs::read_to_string(t.path().join("schedstat")).ok())
+        .filter_map(|s| s.split_whitespace().next()?.parse::<u64>().ok())
+        .sum();
+    let (status, rusage_cpu) = wait_cpu(pid);
+    assert_eq!(status, 0, "child failed");
+    let s1 = src.snapshot().unwrap();
+    let s2 = src.snapshot().unwrap();
+
+    let live_entry = live.processes.iter().find(|p| p.key.pid == pid);
+    let live_entry = live_entry.expect("running child in the snapshot");
+    assert!(!live_entry.exited);
+    // SAFETY: sysconf has no preconditions.
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as u64;
+    let procfs_start = Duration::from_nanos(start_ticks * (1_000_000_000 / hz));
+    assert_eq!(
+        live_entry.key.start_time, procfs_start,
+        "key must match /proc/<pid>/stat"
+    );
+    assert!(s0.processes.iter().all(|p| p.key != live_entry.key));
+    let runtime = Duration::from_nanos(runtime_ns);
+    println!(
+        "burn mid-run: eBPF {:?}, schedstat just after {runtime:?}",
+        live_entry.cpu_time
+    );
+    // eBPF counts wall time between switches, which includes the IRQ and steal time the
+    // scheduler leaves out: allow it a few percent above.
+    assert!(
+        live_entry.cpu_time <= runtime.mul_f64(1.04) + Duration::from_millis(5)
+            && live_entry.cpu_time + Duration::from_millis(50) >= runtime,
+        "mid-run credit {:?} vs kernel runtime {runtime:?}",
+        live_entry.cpu_time
+    );
+
+    let exited: Vec<_> = s1.processes.iter().filter(|p| p.key.pid == pid).collect();
+    assert_eq!(exited.len(), 1, "the exited child is reported once");
+    assert!(exited[0].exited);
+    assert_eq!(exited[0].key, live_entry.key);
+    assert!(
+        s2.processes.iter().all(|p| p.key != live_entry.key),
+        "not reported again after its exit"
+    );
+    let credited = exited[0].cpu_time;
+    let err = (credited.as_secs_f64() - rusage_cpu.as_secs_f64()).abs() / rusage_cpu.as_secs_f64();
+    println!(
+        "burn: eBPF credited {credited:?}, kernel rusage {rusage_cpu:?} (error {:.2}%), target 1.5 s",
+        err * 100.0
+    );
+    assert!(err < 0.05, "credited {credited:?} vs rusage {rusage_cpu:?}");
+    assert!(rusage_cpu >= Duration::from_millis(1500));
+    let switches = exited[0].counters.as_ref().and_then(|c| c.context_switches);
+    assert!(switches.is_some_and(|n| n > 0), "context switches counted");
+}
+
+/// Runs the burst scenario against one source: snapshots every `tick` while a launcher in a
+/// container-like cgroup forks `n` processes of `each` CPU. Returns (attributed to the
+/// container, the cgroup's own usage, exited processes seen in the container).
+fn burst_scenario(
+    src: &mut dyn UsageSource,
+    cgroup: &TestCgroup,
+    n: u32,
+    each: Duration,
+    tick: Duration,
+) -> (Duration, Duration, usize) {
+    let exe = std::env::current_exe().unwrap();
+    let mut snaps: Vec<UsageSnapshot> = vec![src.snapshot().unwrap()];
+    let u0 = cgroup.usage();
+    let mut cmd = child_command(&exe, &format!("burst:{n}:{}", each.as_millis()));
+    cgroup.join_on_exec(&mut cmd);
+    let mut child = cmd.spawn().unwrap();
+    let mut next = Instant::now() + tick;
+    loop {
+        std::thread::sleep(Duration::from_millis(20));
+        let done = child.try_wait().unwrap();
+        if done.is_some() || Instant::now() >= next {
+            snaps.push(src.snapshot().unwrap());
+            next += tick;
+        }
+        if let Some(status) = done {
+            assert!(status.success(), "launcher failed");
+            break;
+        }
+    }
+    let used = cgroup.usage().saturating_sub(u0);
+    let id = &cgroup.container_id;
+    let attributed = snaps
+        .windows(2)
+        .map(|w| container_cpu(&w[0], &w[1], id))
+        .sum();
+    let exited = snaps
+        .iter()
+        .flat_map(|s| &s.processes)
+        .filter(|p| {
+            p.exited
+                && p.info
+                    .workload
+                    .container
+                    .as_ref()
+                    .is_some_and(|c| &c.id == id)
+        })
+        .count();
+    (attributed, used, exited)
+}
+
+#[test]
+fn short_lived_burst_reaches_its_container() {
+    if skip_unless_root("short_lived_burst_reaches_its_container") {
+        return;
+    }
+    let Some(root) = cgroup2_mount() else {
+        println!("SKIP short_lived_burst_reaches_its_container: no cgroup2 mount");
+        return;
+    };
+    let _serial = SERIAL.lock().unwrap_or_else(PoisonError::into_inner);
+    const N: u32 = 500;
+    let each = Duration::from_millis(3);
+    // One interval of the default monitor.interval: the whole burst fits in it.
+    let tick = Duration::from_secs(5);
+    let classifier: Arc<dyn Classifier> = Arc::new(CgroupClassifier::new());
+
+    let cg = TestCgroup::create_v2(&root, "ebpf").unwrap();
+    let mut ebpf = source(classifier.clone());
+    let (attributed, used, exited) = burst_scenario(&mut ebpf, &cg, N, each, tick);
+    let ebpf_share = attributed.as_secs_f64() / used.as_secs_f64();
+    drop(cg);
+
+    let cg = TestCgroup::create_v2(&root, "procfs").unwrap();
+    let mut procfs = kepler_sources::ProcfsSource::new("/proc".into(), classifier).unwrap();
+    let (p_attributed, p_used, _) = burst_scenario(&mut procfs, &cg, N, each, tick);
+    let procfs_share = p_attributed.as_secs_f64() / p_used.as_secs_f64();
+
+    println!(
+        "burst of {N} × {each:?} in one {tick:?} interval: eBPF attributed {attributed:?} of the \
+         cgroup's {used:?} ({:.1}%, {exited} exited processes); procfs attributed \
+         {p_attributed:?} of {p_used:?} ({:.1}%)",
+        ebpf_share * 100.0,
+        procfs_share * 100.0
+    );
+    assert!(
+        exited > N as usize,
+        "every short-lived process reported, got {exited}"
+    );
+    assert!(
+        ebpf_share >= 0.95,
+        "eBPF attributed only {:.1}%",
+        ebpf_share * 100.0
+    );
+    assert!(
+        ebpf_share <= 1.05,
+        "eBPF attributed {:.1}%",
+        ebpf_share * 100.0
+    );
+}
+
+/// The same burst where the container exists only in the v1 cpu/cpuacct hierarchies (a hybrid
+/// host's cgroupfs-driver runtime): exited processes reach it through the cpu cgroup id that
+/// the exit record carries.
+#[test]
+fn short_lived_burst_reaches_a_v1_only_container() {
+    if skip_unless_root("short_lived_burst_reaches_a_v1_only_container") {
+        return;
+    }
+    let (Some(cpu), Some(cpuacct)) = (cgroup_v1_mount("cpu"), cgroup_v1_mount("cpuacct")) else {
+        println!("SKIP short_lived_burst_reaches_a_v1_only_container: no v1 cpu/cpuacct hierarchy");
+        return;
+    };
+    let _serial = SERIAL.lock().unwrap_or_else(PoisonError::into_inner);
+    const N: u32 = 500;
+    let each = Duration::from_millis(3);
+    let cg = TestCgroup::create_v1(&cpu, &cpuacct, "v1").unwrap();
+    let mut ebpf = source(Arc::new(CgroupClassifier::new()));
+    let (attributed, used, exited) =
+        burst_scenario(&mut ebpf, &cg, N, each, Duration::from_secs(5));
+    let share = attributed.as_secs_f64() / used.as_secs_f64();
+    println!(
+        "v1-only container, burst of {N} × {each:?}: eBPF attributed {attributed:?} of \
+         cpuacct's {used:?} ({:.1}%, {exited} exited processes)",
+        share * 100.0
+    );
+    assert!(
+        exited > N as usize,
+        "every short-lived process reported, got {exited}"
+    );
+    assert!(
+        (0.95..=1.05).contains(&share),
+        "eBPF attributed {:.1}%",
+        share * 100.0
+    );
+}
+
+fn run_probe_child(setpriv_args: &[&str]) -> (i32, String) {
+    // The unprivileged user must be able to execute the binary: copy it somewhere readable.
+    let dir = tempfile::tempdir().unwrap();
+    let exe = dir.path().join("live-test");
+    std::fs::copy(std::env::current_exe().unwrap(), &exe).unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    std::fs::set_permissions(&exe, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let inner = child_command(&exe, "probe");
+    let mut cmd = std::process::Command::new("setpriv");
+    cmd.args(setpriv_args)
+        .arg(inner.get_program())
+        .args(inner.get_args());
+    for (k, v) in inner.get_envs() {
+        if let Some(v) = v {
+            cmd.env(k, v);
+        }
+    }
+    let out = cmd.output().unwrap();
+    let text =
+        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
+    (out.status.code().unwrap_or(-1), text)
+}
+
+#[test]
+fn loading_without_capabilities_fails_cleanly() {
+    if skip_unless_root("loading_without_capabilities_fails_cleanly") {
+        return;
+    }
+    if std::process::Command::new("setpriv")
+        .arg("--version")
+        .output()
+        .is_err()
+    {
+        println!("SKIP loading_without_capabilities_fails_cleanly: setpriv not installed");
+        return;
+    }
+    let nobody = [
+        "--reuid=65534",
+        "--regid=65534",
+        "--clear-groups",
+        "--inh-caps=-all",
+        "--bounding-set=-all",
+    ];
+    let root_without_caps = ["--inh-caps=-all", "--bounding-set=-all"];
+    for (who, args) in [
+        ("nobody", &nobody[..]),
+        ("root without capabilities", &root_without_caps[..]),
+    ] {
+        let (code, out) = run_probe_child(args);
+        println!("{who}: exit {code}: {}", out.trim());
+        assert_eq!(
+            code, 0,
+            "probe must report unavailability, not load or panic: {out}"
+        );
+        assert!(
+            out.contains("PROBE-UNAVAILABLE eBPF: needs root or CAP_BPF and CAP_PERFMON"),
+            "{out}"
+        );
+    }
+}
+
+#[test]
+fn probe_as_root_lists_the_optional_probes() {
+    if skip_unless_root("probe_as_root_lists_the_optional_probes") {
+        return;
+    }
+    let _serial = SERIAL.lock().unwrap_or_else(PoisonError::into_inner);
+    let what = kepler_ebpf::probe("/proc", &EbpfSettings::default()).unwrap();
+    println!("{what}");
+    for part in ["page cache hits", "softirqs", "hardware counters"] {
+        assert!(what.contains(part), "{what}");
+    }
+    // Everything optional off: still loads.
+    let bare = EbpfSettings {
+        page_cache: false,
+        softirq: false,
+        hw_counters: false,
+        ..Default::default()
+    };
+    let mut src = EbpfSource::new("/proc", Arc::new(NoWorkloads), bare).unwrap();
+    assert!(!src.probes().page_cache.is_active());
+    let snap = src.snapshot().unwrap();
+    assert!(snap.node.total > Duration::ZERO);
+    assert!(snap.uptime > Duration::ZERO);
+    let c = snap.processes.iter().find_map(|p| p.counters.as_deref());
+    assert!(c.is_none_or(|c| c.page_cache_hits.is_none() && c.cpu_cycles.is_none()));
+}
