@@ -1,14 +1,17 @@
 //! Wires configuration, sources, meters, attribution and the exporter into the running agent.
 
+use std::sync::atomic::Ordering;
 use std::sync::mpsc::{self, RecvTimeoutError};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
 use kepler_core::{
-    AttributionConfig, Attributor, IdlePolicy, MicroJoules, PowerSnapshot, TerminatedPolicy, Watts,
+    AttributionConfig, Attributor, IdlePolicy, MicroJoules, TerminatedPolicy, Watts,
 };
-use kepler_exporters::{AgentState, AgentStats, ExportContext, MetricsLevel, Readiness};
+use kepler_exporters::{
+    AgentState, AgentStats, EbpfCounts, ExportContext, MetricsLevel, Readiness,
+};
 use tracing::{error, info, warn};
 
 use crate::config::Config;
@@ -36,7 +39,7 @@ pub fn run(config: Config) -> Result<()> {
     };
     let state = Arc::new(AgentState::new(context));
 
-    let source = setup::usage_source(&config)?;
+    let setup::Usage { source, ebpf_stats } = setup::usage_source(&config)?;
     let (meter, reports) = setup::select_meter(&config, source.as_ref());
     info!(
         node = %node_name,
@@ -59,7 +62,8 @@ pub fn run(config: Config) -> Result<()> {
             state.set_readiness(Readiness::not_ready(reason));
         }
     }
-    let sampler = Sampler::new(source, meter, Attributor::new(attribution_config(&config)));
+    let sampler = Sampler::new(source, meter, Attributor::new(attribution_config(&config)))
+        .with_features(config.ebpf.export_features);
 
     let (stop_tx, stop_rx) = mpsc::channel::<()>();
     let loop_state = state.clone();
@@ -67,7 +71,7 @@ pub fn run(config: Config) -> Result<()> {
     let stdout = config.exporter.stdout.enabled;
     let sampling = std::thread::Builder::new()
         .name("kepler-sampler".into())
-        .spawn(move || sample_loop(sampler, loop_state, interval, stdout, stop_rx))
+        .spawn(move || sample_loop(sampler, loop_state, interval, stdout, ebpf_stats, stop_rx))
         .context("starting the sampling thread")?;
 
     let served = runtime.block_on(async {
@@ -128,6 +132,7 @@ fn sample_loop(
     state: Arc<AgentState>,
     interval: Duration,
     stdout: bool,
+    ebpf_stats: Option<Arc<kepler_ebpf::EbpfStats>>,
     stop: mpsc::Receiver<()>,
 ) {
     let mut next = Instant::now();
@@ -148,7 +153,15 @@ fn sample_loop(
                 if stdout {
                     print!("{}", crate::stdout::summary(&snapshot));
                 }
-                publish(&state, snapshot, started.elapsed(), ticks);
+                let stats = AgentStats {
+                    last_tick_duration: started.elapsed(),
+                    ticks,
+                    ebpf: ebpf_stats.as_deref().map(|s| EbpfCounts {
+                        dropped: s.dropped(),
+                        tracked: s.tracked_processes.load(Ordering::Relaxed),
+                    }),
+                };
+                state.publish(Arc::new(snapshot), stats);
                 if ready && !state.readiness().is_ready() {
                     state.set_readiness(Readiness::Ready);
                 }
@@ -166,16 +179,6 @@ fn sample_loop(
             Ok(()) | Err(RecvTimeoutError::Disconnected) => return,
         }
     }
-}
-
-fn publish(state: &AgentState, snapshot: PowerSnapshot, took: Duration, ticks: u64) {
-    state.publish(
-        Arc::new(snapshot),
-        AgentStats {
-            last_tick_duration: took,
-            ticks,
-        },
-    );
 }
 
 async fn shutdown_signal() {

@@ -59,6 +59,7 @@ pub struct Config {
     pub dev: DevConfig,
     pub attribution: AttributionSection,
     pub estimator: EstimatorConfig,
+    pub ebpf: EbpfConfig,
 }
 
 #[derive(Clone, Debug, Deserialize, PartialEq)]
@@ -281,6 +282,58 @@ impl Default for AttributionSection {
             idle_policy: "ratio".into(),
             idle_baseline_watts: None,
             low_usage_ratio: 0.1,
+        }
+    }
+}
+
+/// `ebpf.enabled`: `auto` uses eBPF when it can be loaded and procfs otherwise.
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
+pub enum EbpfMode {
+    #[default]
+    Auto,
+    On,
+    Off,
+}
+
+impl<'de> Deserialize<'de> for EbpfMode {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        // YAML users write `true`, `false` or `auto`; accept each spelling.
+        match serde_yaml::Value::deserialize(d)? {
+            serde_yaml::Value::Bool(true) => Ok(EbpfMode::On),
+            serde_yaml::Value::Bool(false) => Ok(EbpfMode::Off),
+            serde_yaml::Value::String(s) => match s.to_ascii_lowercase().as_str() {
+                "auto" => Ok(EbpfMode::Auto),
+                "true" => Ok(EbpfMode::On),
+                "false" => Ok(EbpfMode::Off),
+                _ => Err(serde::de::Error::custom(format!(
+                    "{s:?} is not auto, true or false"
+                ))),
+            },
+            other => Err(serde::de::Error::custom(format!(
+                "{other:?} is not auto, true or false"
+            ))),
+        }
+    }
+}
+
+/// kepler-rs section: the eBPF usage source.
+#[derive(Clone, Debug, Deserialize, PartialEq)]
+#[serde(default, rename_all = "camelCase")]
+pub struct EbpfConfig {
+    pub enabled: EbpfMode,
+    /// Export the model features (per node and per process) as metrics; off by default
+    /// because per-process series multiply cardinality.
+    pub export_features: bool,
+    /// Capacity of the per-process map; processes beyond it are counted as dropped.
+    pub max_processes: u32,
+}
+
+impl Default for EbpfConfig {
+    fn default() -> Self {
+        EbpfConfig {
+            enabled: EbpfMode::Auto,
+            export_features: false,
+            max_processes: 16_384,
         }
     }
 }
@@ -615,6 +668,7 @@ mod tests {
         .unwrap();
         let c = loaded.config;
         assert!(loaded.unknown_keys.is_empty(), "{:?}", loaded.unknown_keys);
+        assert_eq!(c.ebpf.enabled, EbpfMode::Auto);
         assert_eq!(c.log.level, "debug");
         assert_eq!(c.host.sysfs, PathBuf::from("/host/sys"));
         assert_eq!(c.monitor.interval.0, Duration::from_secs(90));
@@ -624,6 +678,23 @@ mod tests {
         assert!(c.dev.fake_cpu_meter.enabled);
         assert_eq!(c.meter_order(), vec!["fake"]);
         assert_eq!(c.web.listen_addresses, vec!["127.0.0.1:9999"]);
+    }
+
+    #[test]
+    fn ebpf_modes_parse_from_bools_and_words() {
+        for (text, mode) in [
+            ("true", EbpfMode::On),
+            ("false", EbpfMode::Off),
+            ("auto", EbpfMode::Auto),
+            ("\"false\"", EbpfMode::Off),
+        ] {
+            let c = parse(&format!("ebpf:\n  enabled: {text}\n"))
+                .unwrap()
+                .config;
+            assert_eq!(c.ebpf.enabled, mode, "{text}");
+        }
+        let err = parse("ebpf:\n  enabled: maybe\n").unwrap_err().to_string();
+        assert!(err.contains("ebpf.enabled"), "{err}");
     }
 
     #[test]

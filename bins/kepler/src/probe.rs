@@ -2,7 +2,7 @@
 
 use std::fmt::Write;
 
-use kepler_meters::ProbeReport;
+use kepler_core::PowerMeter;
 
 use crate::config::Config;
 use crate::setup;
@@ -13,6 +13,19 @@ pub fn report(config: &Config) -> String {
     let procfs = kepler_sources::procfs::probe(&config.host.procfs);
     line(&mut out, "procfs", procfs.map_err(|e| e.to_string()));
 
+    let ebpf = match config.ebpf.enabled {
+        crate::config::EbpfMode::Off => Err("disabled by ebpf.enabled: false".to_string()),
+        _ => kepler_ebpf::probe(config.host.procfs.clone(), &setup::ebpf_settings(config))
+            .map_err(|e| e.to_string()),
+    };
+    let ebpf_ok = ebpf.is_ok();
+    line(&mut out, "ebpf", ebpf);
+    let _ = writeln!(
+        out,
+        "  selected: {}",
+        if ebpf_ok { "ebpf" } else { "procfs" }
+    );
+
     let order = config.meter_order();
     let _ = writeln!(
         out,
@@ -20,24 +33,32 @@ pub fn report(config: &Config) -> String {
         order.join(", ")
     );
     let settings = setup::meter_settings(config);
-    let mut names: Vec<&str> = order.iter().map(String::as_str).collect();
+    let features = match setup::usage_source(config) {
+        Ok(usage) => usage.source.features(),
+        Err(_) => vec![kepler_core::features::BPF_CPU_TIME_MS.to_string()],
+    };
+    let mut names: Vec<String> = order.clone();
     for extra in kepler_meters::METER_NAMES {
-        if !names.contains(&extra) {
-            names.push(extra);
+        if !names.iter().any(|n| n == extra) {
+            names.push(extra.to_string());
         }
     }
-    let reports = kepler_meters::probe(&names, &settings);
-    for r in &reports {
-        line(&mut out, &r.name, describe(r));
+    let mut selected = None;
+    for name in &names {
+        let outcome = setup::open_meter(config, &settings, name, &features);
+        let detail = outcome
+            .as_ref()
+            .map(|meter| describe(meter.as_ref()))
+            .map_err(|e| e.to_string());
+        if selected.is_none() && outcome.is_ok() && order.contains(name) {
+            selected = Some(name.clone());
+        }
+        line(&mut out, name, detail);
     }
-    let selected = reports
-        .iter()
-        .filter(|r| order.contains(&r.name))
-        .find(|r| r.outcome.is_ok());
     let _ = writeln!(out);
     match selected {
-        Some(r) => {
-            let _ = writeln!(out, "Selected meter: {}", r.name);
+        Some(name) => {
+            let _ = writeln!(out, "Selected meter: {name}");
         }
         None => {
             let _ = writeln!(
@@ -49,19 +70,22 @@ pub fn report(config: &Config) -> String {
     out
 }
 
-fn describe(r: &ProbeReport) -> Result<String, String> {
-    match &r.outcome {
-        Ok(zones) => {
-            let mut unique: Vec<&str> = Vec::new();
-            for z in zones {
-                if !unique.contains(&z.as_str()) {
-                    unique.push(z);
-                }
-            }
-            Ok(format!("zones: {}", unique.join(", ")))
+fn describe(meter: &dyn PowerMeter) -> String {
+    let mut unique: Vec<String> = Vec::new();
+    for z in meter.zones() {
+        if !unique.contains(&z) {
+            unique.push(z);
         }
-        Err(e) => Err(e.to_string()),
     }
+    let mut text = format!(
+        "zones: {} ({})",
+        unique.join(", "),
+        meter.provenance().as_str()
+    );
+    if let Some(model) = meter.estimation_model() {
+        text.push_str(&format!(", model {model}"));
+    }
+    text
 }
 
 fn line(out: &mut String, name: &str, outcome: Result<String, String>) {

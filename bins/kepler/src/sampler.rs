@@ -20,6 +20,8 @@ pub struct Sampler {
     readings: Vec<ZoneReading>,
     /// Set while the meter keeps failing, so the failure is logged once, not every tick.
     meter_failing: bool,
+    /// Attach the interval's model features to each snapshot (`ebpf.exportFeatures`).
+    export_features: bool,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -47,7 +49,13 @@ impl Sampler {
             previous_energy: None,
             readings: Vec::new(),
             meter_failing: false,
+            export_features: false,
         }
+    }
+
+    pub fn with_features(mut self, export: bool) -> Self {
+        self.export_features = export;
+        self
     }
 
     pub fn meter(&self) -> Option<&dyn PowerMeter> {
@@ -82,11 +90,18 @@ impl Sampler {
             (None, Some(previous)) => usage.uptime.saturating_sub(previous.uptime),
             (None, None) => Duration::ZERO,
         };
-        let snapshot = self.attributor.tick(Tick {
+        let mut snapshot = self.attributor.tick(Tick {
             usage: &usage,
             energy: zones.as_ref().map(|(z, _)| z.as_slice()),
             interval,
         });
+        if self.export_features {
+            if let Some(previous) = &self.previous_usage {
+                snapshot.features = Some(std::sync::Arc::new(kepler_core::features::features(
+                    previous, &usage,
+                )));
+            }
+        }
         debug!(
             tick = snapshot.tick,
             processes = usage.processes.len(),

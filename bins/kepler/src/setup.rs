@@ -8,7 +8,7 @@ use kepler_exporters::{BuildInfo, ZoneSource};
 use kepler_meters::{FakeSettings, MeterSettings, ProbeReport};
 use tracing::info;
 
-use crate::config::Config;
+use crate::config::{Config, EbpfMode};
 
 pub fn meter_settings(config: &Config) -> MeterSettings {
     MeterSettings {
@@ -31,7 +31,7 @@ pub fn select_meter(
     let settings = meter_settings(config);
     let mut reports = Vec::new();
     for name in config.meter_order() {
-        match open_meter(config, &settings, &name, source) {
+        match open_meter(config, &settings, &name, &source.features()) {
             Ok(meter) => {
                 info!(meter = %name, zones = ?meter.zones(), "power meter selected");
                 reports.push(ProbeReport {
@@ -52,14 +52,15 @@ pub fn select_meter(
     (None, reports)
 }
 
-fn open_meter(
+/// Opens one meter by name; `features` are those the usage source provides (for `model`).
+pub fn open_meter(
     config: &Config,
     settings: &MeterSettings,
     name: &str,
-    source: &dyn UsageSource,
+    features: &[String],
 ) -> Result<Box<dyn PowerMeter>, kepler_core::Unavailable> {
     if name == "model" {
-        let meter = crate::estimator::open(config, source.features())?;
+        let meter = crate::estimator::open(config, features.to_vec())?;
         info!(
             model = meter.model_name(),
             output = meter.output().as_str(),
@@ -83,11 +84,53 @@ pub fn describe_failures(reports: &[ProbeReport]) -> String {
     }
 }
 
-pub fn usage_source(config: &Config) -> Result<Box<dyn UsageSource>> {
+pub fn ebpf_settings(config: &Config) -> kepler_ebpf::EbpfSettings {
+    kepler_ebpf::EbpfSettings {
+        max_processes: config.ebpf.max_processes,
+        ..kepler_ebpf::EbpfSettings::default()
+    }
+}
+
+/// The usage source and, when it is eBPF, its self-metrics handle.
+pub struct Usage {
+    pub source: Box<dyn UsageSource>,
+    pub ebpf_stats: Option<Arc<kepler_ebpf::EbpfStats>>,
+}
+
+/// eBPF when `ebpf.enabled` allows it and it loads; procfs otherwise (`auto`), or an error
+/// (`true`).
+pub fn usage_source(config: &Config) -> Result<Usage> {
     let classifier = Arc::new(kepler_workloads::CgroupClassifier::new());
+    if config.ebpf.enabled != EbpfMode::Off {
+        match kepler_ebpf::EbpfSource::new(
+            config.host.procfs.clone(),
+            classifier.clone(),
+            ebpf_settings(config),
+        ) {
+            Ok(source) => {
+                info!(probes = %source.probes(), "usage source: eBPF");
+                let ebpf_stats = Some(source.stats());
+                return Ok(Usage {
+                    source: Box::new(source),
+                    ebpf_stats,
+                });
+            }
+            Err(reason) if config.ebpf.enabled == EbpfMode::Auto => {
+                info!(%reason, "eBPF unavailable; usage source: procfs");
+            }
+            Err(reason) => {
+                return Err(anyhow::anyhow!(
+                    "ebpf.enabled is true but eBPF cannot be used: {reason}"
+                ))
+            }
+        }
+    }
     let source = kepler_sources::ProcfsSource::new(config.host.procfs.clone(), classifier)
         .with_context(|| format!("procfs usage source at {}", config.host.procfs.display()))?;
-    Ok(Box::new(source))
+    Ok(Usage {
+        source: Box::new(source),
+        ebpf_stats: None,
+    })
 }
 
 /// `kube.nodeName`, else `NODE_NAME` (the usual downward-API variable), else the hostname.

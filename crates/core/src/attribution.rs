@@ -108,6 +108,9 @@ impl<R> Workload<R> {
 
 struct ProcessEntry {
     info: Arc<ProcessInfo>,
+    /// Tick whose energy the `watts` fields describe; a source may list a key twice in one
+    /// snapshot (an exit record beside the live entry), and both shares must add up.
+    energy_tick: u64,
     /// Last cumulative CPU time read from the source.
     last_cpu_time: Duration,
     workload: Workload<()>,
@@ -244,6 +247,7 @@ impl Attributor {
                 .entry(process.key)
                 .or_insert_with(|| ProcessEntry {
                     info: process.info.clone(),
+                    energy_tick: 0,
                     last_cpu_time: if started_since_last {
                         Duration::ZERO
                     } else {
@@ -260,7 +264,7 @@ impl Attributor {
                 entry.info = process.info.clone();
             }
             if process.exited {
-                entry.workload.ended_at.get_or_insert(usage.uptime);
+                entry.workload.ended_at = Some(usage.uptime);
             } else {
                 entry.workload.ended_at = None;
             }
@@ -314,12 +318,19 @@ impl Attributor {
                 .zones
                 .resize(zone_count, ZoneValue::default());
             this_tick.iter_mut().for_each(|e| *e = MicroJoules::ZERO);
+            let first_share = entry.energy_tick != tick;
+            entry.energy_tick = tick;
             for (z, parts) in &tick_energy {
                 let part = MicroJoules(parts.get(i).copied().unwrap_or(0));
                 this_tick[*z] = part;
                 let value = &mut entry.workload.zones[*z];
                 value.energy += part;
-                value.watts = part.over(interval);
+                let watts = part.over(interval);
+                value.watts = if first_share {
+                    watts
+                } else {
+                    Watts(value.watts.0 + watts.0)
+                };
             }
             let cpu_delta = Duration::from_nanos(self.weights.get(i).copied().unwrap_or(0));
             let ended = entry.workload.ended_at.is_some();
@@ -374,19 +385,25 @@ impl Attributor {
 
     fn prune(&mut self, now: Duration) {
         let policy = &self.config.terminated;
+        let tick = self.tick;
         let expired = |ended: Option<Duration>| {
             ended.is_some_and(|at| now.saturating_sub(at) > policy.retention)
         };
+        // A process that took a share of this tick stays in this tick's snapshot whatever its
+        // total, so the exported process power adds up to the node's active power; the
+        // threshold and the cap apply from the next tick on.
+        let prunable =
+            |p: &ProcessEntry| p.workload.ended_at.is_some() && p.workload.seen_tick != tick;
         self.processes.retain(|_, p| {
-            !expired(p.workload.ended_at)
-                && (p.workload.ended_at.is_none()
-                    || p.workload.total_energy() >= policy.min_energy.0)
+            !prunable(p)
+                || (!expired(p.workload.ended_at)
+                    && p.workload.total_energy() >= policy.min_energy.0)
         });
         if let Some(max) = policy.max {
             let mut ended: Vec<(u64, ProcessKey)> = self
                 .processes
                 .iter()
-                .filter(|(_, p)| p.workload.ended_at.is_some())
+                .filter(|(_, p)| prunable(p))
                 .map(|(k, p)| (p.workload.total_energy(), *k))
                 .collect();
             if ended.len() > max {
@@ -474,6 +491,7 @@ impl Attributor {
                     zones: padded(&v.zones),
                 })
                 .collect(),
+            features: None,
         }
     }
 }

@@ -1,139 +1,256 @@
-//! Node-level model features (DESIGN §7): per-second rates over one interval, with Kepler's
-//! feature names, computed from two usage snapshots.
+//! The model features of DESIGN §7 as per-second rates over one interval, per process and
+//! summed over the node, from two consecutive usage snapshots. Pure: no I/O.
+//!
+//! A process first seen in `current` counts from zero only if it started after `previous` was
+//! taken; otherwise its first reading is a baseline and it has no rates yet. This is the rule
+//! attribution applies to CPU time, so features and attributed energy cover the same work.
+//!
+//! The node's `bpf_cpu_time_ms` is the node's own busy time (`/proc/stat`: total − idle −
+//! iowait), not the sum over processes: a procfs scan misses tasks that lived and died inside
+//! the interval, the node accounting does not, and it is the same busy time that attribution's
+//! usage ratio uses. The node's counter features are sums over processes.
 
 use std::collections::HashMap;
+use std::time::Duration;
 
-use crate::usage::{ProcessKey, TaskCounters, UsageSnapshot};
+use crate::usage::{NodeCpuTimes, ProcessKey, ProcessUsage, TaskCounters, UsageSnapshot};
 
+/// Busy CPU milliseconds per second, summed over CPUs: the feature every source provides.
 pub const BPF_CPU_TIME_MS: &str = "bpf_cpu_time_ms";
-pub const BPF_PAGE_CACHE_HIT: &str = "bpf_page_cache_hit";
-pub const CPU_CYCLES: &str = "cpu_cycles";
-pub const CPU_INSTRUCTIONS: &str = "cpu_instructions";
-pub const CACHE_MISS: &str = "cache_miss";
-pub const BPF_BLOCK_IRQ: &str = "bpf_block_irq";
-pub const BPF_NET_RX_IRQ: &str = "bpf_net_rx_irq";
-pub const BPF_NET_TX_IRQ: &str = "bpf_net_tx_irq";
 
-/// Reads one event count from a task's counters.
-type CounterField = fn(&TaskCounters) -> Option<u64>;
-
-/// The counter features and how to read each from a task's counters.
-const COUNTER_FEATURES: [(&str, CounterField); 7] = [
-    (BPF_PAGE_CACHE_HIT, |c| c.page_cache_hits),
-    (CPU_CYCLES, |c| c.cpu_cycles),
-    (CPU_INSTRUCTIONS, |c| c.cpu_instructions),
-    (CACHE_MISS, |c| c.cache_misses),
-    (BPF_BLOCK_IRQ, |c| c.irq_block),
-    (BPF_NET_RX_IRQ, |c| c.irq_net_rx),
-    (BPF_NET_TX_IRQ, |c| c.irq_net_tx),
+/// Kepler's feature names, in the order models usually list them.
+pub const FEATURE_NAMES: [&str; 8] = [
+    BPF_CPU_TIME_MS,
+    "bpf_page_cache_hit",
+    "bpf_block_irq",
+    "bpf_net_rx_irq",
+    "bpf_net_tx_irq",
+    "cpu_cycles",
+    "cpu_instructions",
+    "cache_miss",
 ];
 
-/// Feature rates of the node over the interval between two snapshots. Only features the
-/// source measured appear: a model that needs an absent one must say so, never see a zero.
-///
-/// `bpf_cpu_time_ms` is busy CPU milliseconds per second summed over all CPUs, taken from the
-/// node's own CPU accounting so that tasks that lived and died inside the interval count too.
-/// Counter features are summed over tasks present in both snapshots (or started since).
-pub fn node_features(
-    previous: &UsageSnapshot,
-    current: &UsageSnapshot,
-) -> Vec<(&'static str, f64)> {
-    let seconds = current.uptime.saturating_sub(previous.uptime).as_secs_f64();
-    if seconds <= 0.0 {
-        return Vec::new();
-    }
-    let busy =
-        |t: &crate::usage::NodeCpuTimes| t.total.saturating_sub(t.idle).saturating_sub(t.iowait);
-    let busy_ms = busy(&current.node)
-        .saturating_sub(busy(&previous.node))
-        .as_secs_f64()
-        * 1e3;
-    let mut features = vec![(BPF_CPU_TIME_MS, busy_ms / seconds)];
+/// Per-second rates over one interval. `None`: the source does not measure that event.
+#[derive(Copy, Clone, Debug, Default, PartialEq)]
+pub struct FeatureRates {
+    /// CPU milliseconds per second (1000 = one CPU busy).
+    pub bpf_cpu_time_ms: f64,
+    pub bpf_page_cache_hit: Option<f64>,
+    pub bpf_block_irq: Option<f64>,
+    pub bpf_net_rx_irq: Option<f64>,
+    pub bpf_net_tx_irq: Option<f64>,
+    pub cpu_cycles: Option<f64>,
+    pub cpu_instructions: Option<f64>,
+    pub cache_miss: Option<f64>,
+}
 
-    if current.processes.iter().any(|p| p.counters.is_some()) {
-        let before: HashMap<ProcessKey, &TaskCounters> = previous
-            .processes
-            .iter()
-            .filter_map(|p| p.counters.as_deref().map(|c| (p.key, c)))
-            .collect();
-        for (name, read) in COUNTER_FEATURES {
-            let mut measured = false;
-            let mut sum = 0u64;
-            for p in &current.processes {
-                let Some(now) = p.counters.as_deref().and_then(read) else {
-                    continue;
-                };
-                measured = true;
-                let then = before.get(&p.key).and_then(|c| read(c));
-                // A task new since the previous snapshot counts from zero.
-                let started_since = p.key.start_time >= previous.uptime;
-                match then {
-                    Some(then) => sum = sum.saturating_add(now.saturating_sub(then)),
-                    None if started_since => sum = sum.saturating_add(now),
-                    None => {}
-                }
-            }
-            if measured {
-                features.push((name, sum as f64 / seconds));
-            }
+impl FeatureRates {
+    /// The rate of a feature by its Kepler name; `None` for unknown or unmeasured features.
+    pub fn get(&self, name: &str) -> Option<f64> {
+        match name {
+            "bpf_cpu_time_ms" => Some(self.bpf_cpu_time_ms),
+            "bpf_page_cache_hit" => self.bpf_page_cache_hit,
+            "bpf_block_irq" => self.bpf_block_irq,
+            "bpf_net_rx_irq" => self.bpf_net_rx_irq,
+            "bpf_net_tx_irq" => self.bpf_net_tx_irq,
+            "cpu_cycles" => self.cpu_cycles,
+            "cpu_instructions" => self.cpu_instructions,
+            "cache_miss" => self.cache_miss,
+            _ => None,
         }
     }
-    features
+
+    fn add(&mut self, o: &FeatureRates) {
+        fn sum(a: &mut Option<f64>, b: Option<f64>) {
+            if let Some(b) = b {
+                *a = Some(a.unwrap_or(0.0) + b);
+            }
+        }
+        self.bpf_cpu_time_ms += o.bpf_cpu_time_ms;
+        sum(&mut self.bpf_page_cache_hit, o.bpf_page_cache_hit);
+        sum(&mut self.bpf_block_irq, o.bpf_block_irq);
+        sum(&mut self.bpf_net_rx_irq, o.bpf_net_rx_irq);
+        sum(&mut self.bpf_net_tx_irq, o.bpf_net_tx_irq);
+        sum(&mut self.cpu_cycles, o.cpu_cycles);
+        sum(&mut self.cpu_instructions, o.cpu_instructions);
+        sum(&mut self.cache_miss, o.cache_miss);
+    }
+}
+
+/// Features of one interval.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Features {
+    pub interval: Duration,
+    /// Busy CPU time of the node, and counter rates summed over the processes below.
+    pub node: FeatureRates,
+    /// Processes that have rates this interval (not the ones whose first reading is a baseline).
+    pub processes: Vec<(ProcessKey, FeatureRates)>,
+}
+
+/// Rates between two snapshots of the same source, `previous` taken first. An empty or
+/// negative interval gives no process rates.
+pub fn features(previous: &UsageSnapshot, current: &UsageSnapshot) -> Features {
+    let interval = current.uptime.saturating_sub(previous.uptime);
+    let mut out = Features {
+        interval,
+        ..Default::default()
+    };
+    let secs = interval.as_secs_f64();
+    if secs <= 0.0 {
+        return out;
+    }
+    let before: HashMap<ProcessKey, &ProcessUsage> =
+        previous.processes.iter().map(|p| (p.key, p)).collect();
+    for p in &current.processes {
+        let base = match before.get(&p.key) {
+            Some(b) => Some(*b),
+            None if p.key.start_time >= previous.uptime => None,
+            None => continue,
+        };
+        let rates = rates(base, p, secs);
+        out.node.add(&rates);
+        out.processes.push((p.key, rates));
+    }
+    let busy = |t: &NodeCpuTimes| t.total.saturating_sub(t.idle).saturating_sub(t.iowait);
+    let node_busy = busy(&current.node).saturating_sub(busy(&previous.node));
+    out.node.bpf_cpu_time_ms = node_busy.as_secs_f64() * 1e3 / secs;
+    out
+}
+
+impl FeatureRates {
+    /// The measured features as (name, rate) pairs, for model input.
+    pub fn measured(&self) -> Vec<(&'static str, f64)> {
+        FEATURE_NAMES
+            .iter()
+            .filter_map(|name| self.get(name).map(|v| (*name, v)))
+            .collect()
+    }
+}
+
+fn rates(before: Option<&ProcessUsage>, now: &ProcessUsage, secs: f64) -> FeatureRates {
+    let cpu = now
+        .cpu_time
+        .saturating_sub(before.map_or(Duration::ZERO, |b| b.cpu_time));
+    let zero = TaskCounters::default();
+    let c_now = now.counters.as_deref().unwrap_or(&zero);
+    let c_before = before.and_then(|b| b.counters.as_deref());
+    // A counter the earlier reading lacked starts from zero: it was just enabled or the
+    // process is new, and either way everything counted so far happened since.
+    let rate = |f: fn(&TaskCounters) -> Option<u64>| {
+        let n = f(c_now)?;
+        let b = c_before.and_then(f).unwrap_or(0);
+        Some(n.saturating_sub(b) as f64 / secs)
+    };
+    FeatureRates {
+        bpf_cpu_time_ms: cpu.as_secs_f64() * 1e3 / secs,
+        bpf_page_cache_hit: rate(|c| c.page_cache_hits),
+        bpf_block_irq: rate(|c| c.irq_block),
+        bpf_net_rx_irq: rate(|c| c.irq_net_rx),
+        bpf_net_tx_irq: rate(|c| c.irq_net_tx),
+        cpu_cycles: rate(|c| c.cpu_cycles),
+        cpu_instructions: rate(|c| c.cpu_instructions),
+        cache_miss: rate(|c| c.cache_misses),
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::usage::{NodeCpuTimes, ProcessInfo, ProcessUsage};
     use std::sync::Arc;
-    use std::time::Duration;
 
-    fn snap(uptime: u64, busy: u64, cycles: &[(u32, u64, Option<u64>)]) -> UsageSnapshot {
-        UsageSnapshot {
-            uptime: Duration::from_secs(uptime),
-            node: NodeCpuTimes {
-                total: Duration::from_secs(uptime * 4),
-                idle: Duration::from_secs(uptime * 4 - busy),
-                iowait: Duration::ZERO,
+    fn proc(pid: u32, start_ms: u64, cpu_ms: u64, hits: Option<u64>) -> ProcessUsage {
+        ProcessUsage {
+            key: ProcessKey {
+                pid,
+                start_time: Duration::from_millis(start_ms),
             },
-            processes: cycles
-                .iter()
-                .map(|&(pid, start, c)| ProcessUsage {
-                    key: ProcessKey {
-                        pid,
-                        start_time: Duration::from_secs(start),
-                    },
-                    cpu_time: Duration::ZERO,
-                    info: Arc::new(ProcessInfo::default()),
-                    exited: false,
-                    counters: c.map(|c| {
-                        Box::new(TaskCounters {
-                            cpu_cycles: Some(c),
-                            ..TaskCounters::default()
-                        })
-                    }),
+            cpu_time: Duration::from_millis(cpu_ms),
+            info: Arc::default(),
+            exited: false,
+            counters: hits.map(|h| {
+                Box::new(TaskCounters {
+                    page_cache_hits: Some(h),
+                    ..Default::default()
                 })
-                .collect(),
+            }),
+        }
+    }
+
+    fn snap(uptime_s: u64, processes: Vec<ProcessUsage>) -> UsageSnapshot {
+        UsageSnapshot {
+            uptime: Duration::from_secs(uptime_s),
+            processes,
+            ..Default::default()
         }
     }
 
     #[test]
-    fn busy_milliseconds_per_second() {
-        // 2 s, 3 CPU-seconds busy → 1500 ms/s.
-        let f = node_features(&snap(100, 10, &[]), &snap(102, 13, &[]));
-        assert_eq!(f, vec![(BPF_CPU_TIME_MS, 1500.0)]);
+    fn rates_follow_the_first_sight_rule() {
+        let prev = snap(10, vec![proc(1, 0, 1000, Some(100))]);
+        let cur = snap(
+            12,
+            vec![
+                proc(1, 0, 3000, Some(300)),   // known: 2000 ms over 2 s
+                proc(2, 11_000, 500, None),    // started in the interval: all of it counts
+                proc(3, 5_000, 9000, Some(7)), // older, first seen: baseline only
+            ],
+        );
+        let f = features(&prev, &cur);
+        assert_eq!(f.interval, Duration::from_secs(2));
+        assert_eq!(f.processes.len(), 2);
+        assert_eq!(f.processes[0].1.bpf_cpu_time_ms, 1000.0);
+        assert_eq!(f.processes[0].1.bpf_page_cache_hit, Some(100.0));
+        assert_eq!(f.processes[1].1.bpf_cpu_time_ms, 250.0);
+        assert_eq!(f.processes[1].1.bpf_page_cache_hit, None);
+        // The snapshots' node times are zero: the node's busy time is its own, not the sum.
+        assert_eq!(f.node.bpf_cpu_time_ms, 0.0);
+        assert_eq!(f.node.get("bpf_page_cache_hit"), Some(100.0));
+        assert_eq!(f.node.get("cpu_cycles"), None);
+        assert_eq!(f.node.get("nonsense"), None);
     }
 
     #[test]
-    fn counters_are_rates_over_known_and_new_tasks_only() {
-        let a = snap(100, 0, &[(1, 1, Some(1000)), (2, 1, Some(50))]);
-        // pid 1 +1000, pid 2 gone, pid 3 new since 100 s (+400), pid 4 old but unseen before.
-        let b = snap(
-            102,
-            0,
-            &[(1, 1, Some(2000)), (3, 101, Some(400)), (4, 1, Some(9999))],
-        );
-        let f = node_features(&a, &b);
-        assert_eq!(f, vec![(BPF_CPU_TIME_MS, 0.0), (CPU_CYCLES, 700.0)]);
+    fn node_cpu_time_is_the_nodes_busy_time() {
+        let mut prev = snap(10, vec![]);
+        let mut cur = snap(12, vec![proc(2, 11_000, 500, None)]);
+        prev.node = NodeCpuTimes {
+            total: Duration::from_secs(40),
+            idle: Duration::from_secs(30),
+            iowait: Duration::from_secs(1),
+        };
+        // 3 more busy CPU-seconds in 2 s, of which the process saw only 0.5 s.
+        cur.node = NodeCpuTimes {
+            total: Duration::from_secs(44),
+            idle: Duration::from_secs(30),
+            iowait: Duration::from_secs(2),
+        };
+        let f = features(&prev, &cur);
+        assert_eq!(f.node.bpf_cpu_time_ms, 1500.0);
+        assert_eq!(f.processes[0].1.bpf_cpu_time_ms, 250.0);
+        assert_eq!(f.node.measured(), vec![("bpf_cpu_time_ms", 1500.0)]);
+    }
+
+    #[test]
+    fn empty_interval_has_no_rates() {
+        let s = snap(10, vec![proc(1, 0, 1000, None)]);
+        let f = features(&s, &s);
+        assert!(f.processes.is_empty());
+        assert_eq!(f.node, FeatureRates::default());
+    }
+
+    #[test]
+    fn every_name_is_readable() {
+        let r = FeatureRates {
+            bpf_cpu_time_ms: 1.0,
+            bpf_page_cache_hit: Some(2.0),
+            bpf_block_irq: Some(3.0),
+            bpf_net_rx_irq: Some(4.0),
+            bpf_net_tx_irq: Some(5.0),
+            cpu_cycles: Some(6.0),
+            cpu_instructions: Some(7.0),
+            cache_miss: Some(8.0),
+        };
+        let got: Vec<f64> = FEATURE_NAMES.iter().filter_map(|n| r.get(n)).collect();
+        assert_eq!(got, vec![1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0]);
     }
 }

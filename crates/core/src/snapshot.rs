@@ -113,4 +113,6 @@ pub struct PowerSnapshot {
     pub containers: Vec<ContainerPower>,
     pub pods: Vec<PodPower>,
     pub vms: Vec<VmPower>,
+    /// Model features of the interval, when the agent is configured to export them.
+    pub features: Option<Arc<crate::features::Features>>,
 }

@@ -140,6 +140,40 @@ fn a_process_started_since_the_last_tick_counts_all_its_time() {
 }
 
 #[test]
+fn a_key_listed_twice_in_one_snapshot_gets_both_shares() {
+    let mut a = Attributor::new(AttributionConfig::default());
+    let i = info(None, None);
+    a.tick(Tick {
+        usage: &usage(100, 0, vec![(1, 1, 1000, i.clone()), (2, 1, 0, i.clone())]),
+        energy: None,
+        interval: Duration::from_secs(1),
+    });
+    // pid 1 appears as a live entry and again as its exit record with more CPU time.
+    let s = a.tick(Tick {
+        usage: &usage(
+            101,
+            2,
+            vec![
+                (1, 1, 1500, i.clone()),
+                (1, 1, 2000, i.clone()),
+                (2, 1, 1000, i.clone()),
+            ],
+        ),
+        energy: Some(&[zone("package", 2_000_000)]),
+        interval: Duration::from_secs(1),
+    });
+    let node = s.zones[0].active;
+    let watts: f64 = s.processes.iter().map(|p| p.zones[0].watts.0).sum();
+    assert!(
+        (watts - node.watts.0).abs() < 1e-9,
+        "{watts} vs {}",
+        node.watts.0
+    );
+    let p1 = s.processes.iter().find(|p| p.key.pid == 1).unwrap();
+    assert_eq!(p1.zones[0].energy, MicroJoules(1_000_000));
+}
+
+#[test]
 fn ended_processes_keep_their_energy_then_expire() {
     let config = AttributionConfig {
         idle: IdlePolicy::Ratio,
@@ -273,6 +307,62 @@ fn measured_baseline_learns_the_lowest_low_usage_power() {
 
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(200))]
+
+    /// Each snapshot's process power adds up to the node's active power, whatever ended
+    /// processes the retention rules drop.
+    #[test]
+    fn process_power_adds_up_to_active_power_under_pruning(
+        ticks in proptest::collection::vec(
+            (proptest::collection::vec((1u32..20, 0u64..3000, any::<bool>()), 0..15), 1u64..50_000_000),
+            1..10,
+        ),
+        min_energy in 0u64..20_000_000,
+        max in proptest::option::of(0usize..4),
+    ) {
+        let mut a = Attributor::new(AttributionConfig {
+            idle: IdlePolicy::Ratio,
+            terminated: TerminatedPolicy { retention: Duration::from_secs(5), max, min_energy: MicroJoules(min_energy) },
+        });
+        let i = info(None, None);
+        let mut cumulative = [0u64; 20];
+        let mut gone = [false; 20];
+        let mut unattributed = 0u64;
+        for (step, (procs, uj)) in ticks.into_iter().enumerate() {
+            let uptime = 1000 + 2 * step as u64;
+            let mut seen = std::collections::BTreeMap::new();
+            for (pid, add, exits) in procs {
+                if !gone[pid as usize] {
+                    seen.entry(pid).or_insert((add, exits));
+                }
+            }
+            let exits: Vec<bool> = seen.values().map(|(_, e)| *e).collect();
+            let list: Vec<_> = seen
+                .into_iter()
+                .map(|(pid, (add, exits))| {
+                    cumulative[pid as usize] += add;
+                    gone[pid as usize] = exits;
+                    (pid, 1, cumulative[pid as usize], i.clone())
+                })
+                .collect();
+            // Sources that see exits (eBPF) report a task's final reading once, flagged.
+            let mut snapshot = usage(uptime, step as u64, list);
+            for (p, exited) in snapshot.processes.iter_mut().zip(exits) {
+                p.exited = exited;
+            }
+            let s = a.tick(Tick {
+                usage: &snapshot,
+                energy: Some(&[zone("package", uj)]),
+                interval: Duration::from_secs(2),
+            });
+            let node = &s.zones[0];
+            let watts: f64 = s.processes.iter().map(|p| p.zones[0].watts.0).sum();
+            if node.unattributed.0 == unattributed {
+                prop_assert!((watts - node.active.watts.0).abs() <= 1e-6 * node.active.watts.0.max(1.0),
+                    "processes {} W, node active {} W", watts, node.active.watts.0);
+            }
+            unattributed = node.unattributed.0;
+        }
+    }
 
     /// Σ process active energy = node active energy exactly; active + idle = total; every
     /// counter is monotonic; containers, pods and VMs hold exactly their members' energy.

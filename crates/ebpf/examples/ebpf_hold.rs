@@ -6,8 +6,9 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use kepler_core::features::features;
 use kepler_core::{NoWorkloads, UsageSnapshot, UsageSource};
-use kepler_ebpf::{features, EbpfSettings, EbpfSource};
+use kepler_ebpf::{EbpfSettings, EbpfSource};
 
 fn cpu_time() -> Duration {
     // SAFETY: getrusage writes into the provided struct.

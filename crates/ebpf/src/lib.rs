@@ -15,13 +15,12 @@
 //! procfs and eBPF sources. CPU times count from when the programs were loaded: attribution
 //! only uses differences, and a process older than the agent gets a baseline first reading.
 //!
-//! Entry points: [`probe`] (can eBPF be used here, and if not why), [`EbpfSource::new`], and
-//! [`features`] (the model features of two snapshots).
+//! Entry points: [`probe`] (can eBPF be used here, and if not why) and [`EbpfSource::new`].
+//! The model features of two snapshots are computed by `kepler_core::features`.
 
 mod abi;
 mod caps;
 mod cgroups;
-mod features;
 mod loader;
 mod perf;
 mod proc;
@@ -33,7 +32,6 @@ use std::sync::Arc;
 
 use kepler_core::{NoWorkloads, Unavailable};
 
-pub use features::{features, FeatureRates, Features, FEATURE_NAMES};
 pub use loader::{ProbeState, Probes};
 pub use source::EbpfSource;
 

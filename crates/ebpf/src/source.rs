@@ -12,6 +12,7 @@ use kepler_core::{
     Classifier, ProcessInfo, ProcessKey, ProcessUsage, ReadError, TaskCounters, Unavailable,
     UsageSnapshot, UsageSource,
 };
+use kepler_sources::ProcfsReader;
 
 use crate::abi::{kstat, names, CpuState, ExitRecord, TaskTotals};
 use crate::cgroups::{cgroup2_mount, cgroup_v1_mount, CgroupResolver};
@@ -29,9 +30,10 @@ pub struct EbpfSource {
     exits: RingBuf<MapData>,
     probes: Probes,
     _counters: Option<crate::perf::Counters>,
-    procfs: PathBuf,
+    /// The host's `/proc`: node CPU times, and process descriptions read as the procfs
+    /// source reads them.
+    procfs: ProcfsReader,
     classifier: Arc<dyn Classifier>,
-    tick: Duration,
     cgroups: CgroupResolver,
     /// The cpu controller's v1 hierarchy on hybrid hosts (`None` on cgroup2-only hosts).
     cpu_cgroups: CgroupResolver,
@@ -71,9 +73,10 @@ impl EbpfSource {
         classifier: Arc<dyn Classifier>,
         settings: EbpfSettings,
     ) -> Result<Self, Unavailable> {
-        let procfs = procfs.into();
+        let procfs = ProcfsReader::new(procfs)?;
         let loaded = loader::load(&settings)?;
-        let mountinfo = std::fs::read_to_string(procfs.join("self/mountinfo")).unwrap_or_default();
+        let mountinfo =
+            std::fs::read_to_string(procfs.root().join("self/mountinfo")).unwrap_or_default();
         let cgroup_root = settings
             .cgroup2_root
             .clone()
@@ -89,7 +92,6 @@ impl EbpfSource {
             _counters: loaded._counters,
             procfs,
             classifier,
-            tick: proc::tick(),
             cgroups: CgroupResolver::new(cgroup_root),
             cpu_cgroups: CgroupResolver::new(cpu_root),
             known: HashMap::new(),
@@ -113,7 +115,7 @@ impl EbpfSource {
     fn key(&self, tgid: u32, start_ns: u64) -> ProcessKey {
         ProcessKey {
             pid: tgid,
-            start_time: proc::floor_to_tick(Duration::from_nanos(start_ns), self.tick),
+            start_time: self.procfs.floor_to_tick(Duration::from_nanos(start_ns)),
         }
     }
 
@@ -143,17 +145,9 @@ impl EbpfSource {
         t: &TaskTotals,
         exit: Option<&ExitInfo>,
     ) -> ProcessInfo {
-        let from_proc = proc::describe(&self.procfs, key.pid)
-            .filter(|d| proc::ticks(d.start_ticks, self.tick) == key.start_time);
+        let from_proc = self.procfs.describe(key.pid).filter(|d| d.key == key);
         let mut info = match from_proc {
-            Some(d) => ProcessInfo {
-                comm: d.comm,
-                exe: d.exe,
-                cmdline: d.cmdline,
-                cgroup_path: d.cgroup_path,
-                kernel_thread: d.kernel_thread,
-                ..Default::default()
-            },
+            Some(d) => d.info,
             None => {
                 let cpu_path = exit
                     .filter(|e| e.cpu_cgroup_id != 0)
@@ -291,8 +285,7 @@ impl EbpfSource {
             if still_moving {
                 continue;
             }
-            let alive = proc::describe(&self.procfs, *tgid)
-                .is_some_and(|d| proc::ticks(d.start_ticks, self.tick) == key.start_time);
+            let alive = self.procfs.process_key(*tgid) == Some(key);
             if !alive {
                 gone.push((key, *t));
             }
@@ -316,13 +309,28 @@ impl UsageSource for EbpfSource {
         "ebpf"
     }
 
+    fn features(&self) -> Vec<String> {
+        use kepler_core::features as f;
+        let mut names = vec![f::BPF_CPU_TIME_MS];
+        if self.probes.page_cache.is_active() {
+            names.push("bpf_page_cache_hit");
+        }
+        if self.probes.softirq.is_active() {
+            names.extend(["bpf_block_irq", "bpf_net_rx_irq", "bpf_net_tx_irq"]);
+        }
+        if self.probes.hw_counters.is_active() {
+            names.extend(["cpu_cycles", "cpu_instructions", "cache_miss"]);
+        }
+        names.into_iter().map(String::from).collect()
+    }
+
     fn snapshot(&mut self) -> Result<UsageSnapshot, ReadError> {
         self.snapshots += 1;
         let n = self.snapshots;
         self.cgroups.begin_snapshot();
         self.cpu_cgroups.begin_snapshot();
-        let uptime = proc::uptime(self.tick)?;
-        let node = proc::read_node_cpu(&self.procfs, self.tick)?;
+        let uptime = proc::uptime(&self.procfs)?;
+        let node = self.procfs.read_node_cpu_times()?;
         // Exits first: a group that ends between the two reads is then missed by both this
         // time and reported next time, rather than reported twice.
         let mut exited = self.drain_exits();

@@ -53,6 +53,16 @@ pub struct AgentStats {
     pub last_tick_duration: Duration,
     /// Ticks computed since start-up.
     pub ticks: u64,
+    /// The eBPF source's own counters, when it is the usage source.
+    pub ebpf: Option<EbpfCounts>,
+}
+
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
+pub struct EbpfCounts {
+    /// Processes or exits the programs could not record (maps or exit buffer full).
+    pub dropped: u64,
+    /// Processes in the per-process map.
+    pub tracked: u64,
 }
 
 /// Everything [`crate::encode()`] needs besides the snapshot.

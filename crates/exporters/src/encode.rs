@@ -321,9 +321,17 @@ pub fn encode(
         .sample([], ctx.agent.last_tick_duration);
     w.family(&r::AGENT_TICKS).sample([], ctx.agent.ticks);
 
+    if let Some(ebpf) = ctx.agent.ebpf {
+        w.family(&r::AGENT_EBPF_DROPPED).sample([], ebpf.dropped);
+        w.family(&r::AGENT_EBPF_TRACKED).sample([], ebpf.tracked);
+    }
+
     if let Some(s) = snapshot {
         w.family(&r::AGENT_PROCESSES).sample([], s.processes.len());
         let levels = ctx.levels;
+        if let Some(features) = &s.features {
+            encode_features(&mut w, s, features, levels);
+        }
         if levels.contains(Level::Node) {
             encode_node(&mut w, s, ctx);
         }
@@ -341,6 +349,37 @@ pub fn encode(
         }
     }
     w.finish();
+}
+
+fn encode_features(
+    w: &mut MetricWriter<'_>,
+    s: &PowerSnapshot,
+    features: &kepler_core::features::Features,
+    levels: crate::level::MetricsLevel,
+) {
+    if levels.contains(Level::Node) {
+        let mut f = w.family(&r::NODE_FEATURE_RATE);
+        for (name, rate) in features.node.measured() {
+            f.sample([name], rate);
+        }
+    }
+    if levels.contains(Level::Process) {
+        // Only built when feature export is on (off by default), so scrapes stay cheap.
+        let comms: std::collections::HashMap<kepler_core::ProcessKey, &str> = s
+            .processes
+            .iter()
+            .map(|p| (p.key, p.info.comm.as_str()))
+            .collect();
+        let mut f = w.family(&r::PROCESS_FEATURE_RATE);
+        let mut pid_text = itoa::Buffer::new();
+        for (key, rates) in &features.processes {
+            let comm = comms.get(key).copied().unwrap_or("");
+            let pid = pid_text.format(key.pid);
+            for (name, rate) in rates.measured() {
+                f.sample([pid, comm, name], rate);
+            }
+        }
+    }
 }
 
 fn node_zone_family<V: SampleValue>(

@@ -38,7 +38,7 @@ pub mod server;
 pub mod state;
 pub mod web_config;
 
-pub use context::{AgentStats, BuildInfo, ExportContext, ZoneSource};
+pub use context::{AgentStats, BuildInfo, EbpfCounts, ExportContext, ZoneSource};
 pub use encode::{encode, FamilyWriter, Format, MetricWriter, SampleValue};
 pub use level::{Level, LevelError, MetricsLevel};
 pub use registry::{metrics_markdown, Desc, Describe, MetricType};

@@ -343,6 +343,39 @@ pub static AGENT_PROCESSES: Desc<0> = Desc {
     node_name: true,
 };
 
+pub static AGENT_EBPF_DROPPED: Desc<0> = Desc {
+    name: "kepler_agent_ebpf_dropped_total",
+    help: "Processes and exits the eBPF programs could not record because a map or the exit buffer was full",
+    kind: Counter,
+    labels: [],
+    level: None,
+    node_name: true,
+};
+pub static AGENT_EBPF_TRACKED: Desc<0> = Desc {
+    name: "kepler_agent_ebpf_tracked_processes",
+    help: "Processes in the eBPF per-process map",
+    kind: Gauge,
+    labels: [],
+    level: None,
+    node_name: true,
+};
+pub static NODE_FEATURE_RATE: Desc<1> = Desc {
+    name: "kepler_node_model_feature_rate",
+    help: "Model input feature of the last interval at node level, per second (bpf_cpu_time_ms is busy cpu milliseconds per second); exported with ebpf.exportFeatures",
+    kind: Gauge,
+    labels: ["feature"],
+    level: Some(Level::Node),
+    node_name: true,
+};
+pub static PROCESS_FEATURE_RATE: Desc<3> = Desc {
+    name: "kepler_process_model_feature_rate",
+    help: "Model input feature of the last interval at process level, per second; exported with ebpf.exportFeatures",
+    kind: Gauge,
+    labels: ["pid", "comm", "feature"],
+    level: Some(Level::Process),
+    node_name: true,
+};
+
 /// Every family, in the order they are encoded.
 pub static ALL: &[&dyn Describe] = &[
     &BUILD_INFO,
@@ -350,6 +383,10 @@ pub static ALL: &[&dyn Describe] = &[
     &AGENT_TICK_DURATION,
     &AGENT_TICKS,
     &AGENT_PROCESSES,
+    &AGENT_EBPF_DROPPED,
+    &AGENT_EBPF_TRACKED,
+    &NODE_FEATURE_RATE,
+    &PROCESS_FEATURE_RATE,
     &NODE_CPU_JOULES,
     &NODE_CPU_WATTS,
     &NODE_CPU_ACTIVE_JOULES,
