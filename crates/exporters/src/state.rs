@@ -174,6 +174,7 @@ mod tests {
             containers: Vec::new(),
             pods: Vec::new(),
             vms: Vec::new(),
+            features: None,
         })
     }
 
@@ -197,6 +198,7 @@ mod tests {
             AgentStats {
                 last_tick_duration: Duration::from_millis(3),
                 ticks: 7,
+                ebpf: None,
             },
         );
         let first = state.encode(Format::Text004);

@@ -305,3 +305,57 @@ fn promtool_would_catch_a_broken_exposition() {
     };
     assert!(!ok);
 }
+
+#[test]
+fn features_and_ebpf_counts_appear_only_when_present() {
+    use kepler_core::features::{FeatureRates, Features};
+    let mut ctx = support::context();
+    let plain = render(&ctx, Format::Text004);
+    assert!(!plain.contains("kepler_node_model_feature_rate"));
+    assert!(!plain.contains("kepler_agent_ebpf_dropped_total"));
+
+    let mut snapshot = support::snapshot();
+    let key = snapshot.processes[0].key;
+    let comm = snapshot.processes[0].info.comm.clone();
+    let rates = FeatureRates {
+        bpf_cpu_time_ms: 250.0,
+        bpf_net_rx_irq: Some(12.0),
+        ..FeatureRates::default()
+    };
+    snapshot.features = Some(std::sync::Arc::new(Features {
+        interval: std::time::Duration::from_secs(5),
+        node: FeatureRates {
+            bpf_cpu_time_ms: 1500.0,
+            ..rates
+        },
+        processes: vec![(key, rates)],
+    }));
+    ctx.agent.ebpf = Some(kepler_exporters::EbpfCounts {
+        dropped: 3,
+        tracked: 42,
+    });
+    let mut out = Vec::new();
+    encode(Some(&snapshot), &ctx, Format::Text004, &mut out);
+    let text = String::from_utf8(out).unwrap();
+    assert_lines(
+        &text,
+        &[
+            r#"kepler_agent_ebpf_dropped_total{node_name="node-1"} 3"#,
+            r#"kepler_agent_ebpf_tracked_processes{node_name="node-1"} 42"#,
+            r#"kepler_node_model_feature_rate{feature="bpf_cpu_time_ms",node_name="node-1"} 1500.0"#,
+            r#"kepler_node_model_feature_rate{feature="bpf_net_rx_irq",node_name="node-1"} 12.0"#,
+            &format!(
+                r#"kepler_process_model_feature_rate{{pid="{}",comm="{}",feature="bpf_cpu_time_ms",node_name="node-1"}} 250.0"#,
+                key.pid, comm
+            ),
+        ],
+    );
+    assert!(
+        !text.contains(r#"feature="cpu_cycles""#),
+        "unmeasured features stay out"
+    );
+    let check = promtool_check(&text);
+    if let Some((ok, output)) = check {
+        assert!(ok, "{output}");
+    }
+}

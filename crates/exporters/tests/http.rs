@@ -55,6 +55,7 @@ fn publish(state: &AgentState) {
         AgentStats {
             last_tick_duration: Duration::from_millis(4),
             ticks: 1,
+            ebpf: None,
         },
     );
 }

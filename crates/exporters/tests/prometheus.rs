@@ -59,6 +59,7 @@ async fn prometheus_ingests_our_openmetrics_output() {
         AgentStats {
             last_tick_duration: Duration::from_millis(4),
             ticks: 5,
+            ebpf: None,
         },
     );
     let server = bind(&["127.0.0.1:0".to_string()], None).await.unwrap();

@@ -46,6 +46,7 @@ pub fn context() -> ExportContext {
         agent: kepler_exporters::AgentStats {
             last_tick_duration: Duration::from_micros(2500),
             ticks: 12,
+            ebpf: None,
         },
     }
 }
@@ -160,6 +161,7 @@ pub fn snapshot() -> PowerSnapshot {
             state: WorkloadState::Running,
             zones: vec![zv(9_000_000, 1.8), zv(500_000, 0.1)],
         }],
+        features: None,
     }
 }
 
@@ -247,6 +249,7 @@ pub fn synthetic(processes: usize, zones: usize) -> PowerSnapshot {
         containers,
         pods,
         vms: Vec::new(),
+        features: None,
     }
 }
 
