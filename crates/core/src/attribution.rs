@@ -2,6 +2,7 @@
 //! `PowerSnapshot`. No I/O; every rule of DESIGN §5 lives here.
 
 use std::collections::HashMap;
+use std::hash::{BuildHasherDefault, Hash};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -126,6 +127,25 @@ struct NodeZoneState {
     baseline: Option<Watts>,
 }
 
+/// Maps looked up once or twice per process per tick. Keys are pids and start times, and ids
+/// from cgroup paths or command lines: nothing an outsider can choose freely enough to flood a
+/// bucket, so the fast non-keyed hash of rustc is used instead of SipHash.
+type FastMap<K, V> = HashMap<K, V, BuildHasherDefault<rustc_hash::FxHasher>>;
+
+/// The workload of this id in `map`, created from `reference` if new; the id is only copied
+/// when it is inserted.
+fn group<'m, R: Clone>(
+    map: &'m mut FastMap<String, Workload<R>>,
+    id: &str,
+    reference: &R,
+) -> &'m mut Workload<R> {
+    if !map.contains_key(id) {
+        map.insert(id.to_string(), Workload::new(reference.clone()));
+    }
+    // Inserted just above when absent.
+    map.get_mut(id).expect("present after insert")
+}
+
 /// Accumulates energy per node zone and per workload across ticks.
 pub struct Attributor {
     config: AttributionConfig,
@@ -133,14 +153,15 @@ pub struct Attributor {
     previous_node: Option<NodeCpuTimes>,
     previous_uptime: Option<Duration>,
     zones: Vec<NodeZoneState>,
-    processes: HashMap<ProcessKey, ProcessEntry>,
-    containers: HashMap<String, Workload<Arc<ContainerRef>>>,
-    pods: HashMap<String, Workload<Arc<PodRef>>>,
-    vms: HashMap<String, Workload<Arc<VmRef>>>,
+    processes: FastMap<ProcessKey, ProcessEntry>,
+    containers: FastMap<String, Workload<Arc<ContainerRef>>>,
+    pods: FastMap<String, Workload<Arc<PodRef>>>,
+    vms: FastMap<String, Workload<Arc<VmRef>>>,
     // Reused buffers.
     weights: Vec<u64>,
     keys: Vec<ProcessKey>,
-    parts: Vec<u64>,
+    /// Per zone of this tick: (zone index, each process's share).
+    tick_energy: Vec<(usize, Vec<u64>)>,
 }
 
 impl Attributor {
@@ -151,13 +172,13 @@ impl Attributor {
             previous_node: None,
             previous_uptime: None,
             zones: Vec::new(),
-            processes: HashMap::new(),
-            containers: HashMap::new(),
-            pods: HashMap::new(),
-            vms: HashMap::new(),
+            processes: FastMap::default(),
+            containers: FastMap::default(),
+            pods: FastMap::default(),
+            vms: FastMap::default(),
             weights: Vec::new(),
             keys: Vec::new(),
-            parts: Vec::new(),
+            tick_energy: Vec::new(),
         }
     }
 
@@ -275,7 +296,8 @@ impl Attributor {
 
         // Energy per zone: node totals, idle/active, and the active part split by CPU time.
         let zone_count_before = self.zones.len();
-        let mut tick_energy: Vec<(usize, Vec<u64>)> = Vec::new();
+        let mut tick_energy = std::mem::take(&mut self.tick_energy);
+        let mut used = 0;
         if let Some(energies) = input.energy {
             for energy in energies {
                 let z = self.zone_index(energy);
@@ -288,14 +310,18 @@ impl Attributor {
                 state.idle.watts = idle.over(input.interval);
                 state.active.energy += active;
                 state.active.watts = active.over(input.interval);
-                let mut parts = std::mem::take(&mut self.parts);
-                if !split_proportionally(active.0, &self.weights, &mut parts) {
+                if tick_energy.len() <= used {
+                    tick_energy.push((z, Vec::new()));
+                }
+                let slot = &mut tick_energy[used];
+                slot.0 = z;
+                if !split_proportionally(active.0, &self.weights, &mut slot.1) {
                     state.unattributed += active;
                 }
-                tick_energy.push((z, parts.clone()));
-                self.parts = parts;
+                used += 1;
             }
         }
+        tick_energy.truncate(used);
         let zone_count = self.zones.len();
         if zone_count != zone_count_before {
             for entry in self.processes.values_mut() {
@@ -336,27 +362,19 @@ impl Attributor {
             let ended = entry.workload.ended_at.is_some();
             let identity = &entry.info.workload;
             if let Some(container) = &identity.container {
-                let c = self
-                    .containers
-                    .entry(container.id.clone())
-                    .or_insert_with(|| Workload::new(container.clone()));
+                let c = group(&mut self.containers, &container.id, container);
                 add_tick(c, &this_tick, interval, tick, cpu_delta, ended);
                 if let Some(pod) = &container.pod {
-                    let p = self
-                        .pods
-                        .entry(pod.id.clone())
-                        .or_insert_with(|| Workload::new(pod.clone()));
+                    let p = group(&mut self.pods, &pod.id, pod);
                     add_tick(p, &this_tick, interval, tick, cpu_delta, ended);
                 }
             }
             if let Some(vm) = &identity.vm {
-                let v = self
-                    .vms
-                    .entry(vm.id.clone())
-                    .or_insert_with(|| Workload::new(vm.clone()));
+                let v = group(&mut self.vms, &vm.id, vm);
                 add_tick(v, &this_tick, interval, tick, cpu_delta, ended);
             }
         }
+        self.tick_energy = tick_energy;
 
         self.end_unseen(usage.uptime);
         self.prune(usage.uptime);

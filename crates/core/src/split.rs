@@ -28,17 +28,20 @@ pub fn split_proportionally(total: u64, weights: &[u64], out: &mut Vec<u64>) -> 
             remainders.push((remainder, i));
         }
     }
-    let mut left = total_wide - given;
+    // Fewer units are left than there are non-zero remainders (each remainder is below one
+    // unit's worth), so `left` fits in usize whenever it is positive.
+    let left = usize::try_from(total_wide - given).unwrap_or(usize::MAX);
     if left > 0 {
         // Largest remainder first; ties go to the lower index so results are deterministic.
-        remainders.sort_unstable_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(&b.1)));
+        // Only the `left` largest matter: selecting them is linear, sorting all would not be.
+        let order = |a: &(u128, usize), b: &(u128, usize)| b.0.cmp(&a.0).then(a.1.cmp(&b.1));
+        if left < remainders.len() {
+            remainders.select_nth_unstable_by(left - 1, order);
+            remainders.truncate(left);
+        }
         for &(_, i) in &remainders {
-            if left == 0 {
-                break;
-            }
             if let Some(part) = out.get_mut(i) {
                 *part += 1;
-                left -= 1;
             }
         }
     }
