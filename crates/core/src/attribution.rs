@@ -2,7 +2,7 @@
 //! `PowerSnapshot`. No I/O; every rule of DESIGN §5 lives here.
 
 use std::collections::HashMap;
-use std::hash::{BuildHasherDefault, Hash};
+use std::hash::BuildHasherDefault;
 use std::sync::Arc;
 use std::time::Duration;
 
