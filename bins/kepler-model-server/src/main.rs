@@ -1,10 +1,14 @@
-//! `kepler-model-server`: the Rust model server for Kepler. For now it has the `predict`
-//! subcommand (evaluate a model-DB model on a CSV of features); the HTTP server comes with
-//! the model-server issue.
+//! `kepler-model-server`: the Rust model server for Kepler. For now it has `predict`
+//! (evaluate a model-DB or built-in model on a CSV of features), `train-builtin` (train the
+//! built-in models from the public data) and `evaluate-builtin` (their accuracy report);
+//! the HTTP server comes with the model-server issue.
 
+mod builtin;
+mod evaluate;
 mod logging;
 mod model_source;
 mod predict;
+mod train;
 
 use clap::{Parser, Subcommand};
 
@@ -23,13 +27,19 @@ struct Cli {
 enum Command {
     /// Evaluate a power model on every row of a CSV of features; print watts per component.
     Predict(predict::PredictArgs),
+    /// Train the built-in default models from the public data (SPECpower, AWS instances).
+    TrainBuiltin(train::TrainArgs),
+    /// Evaluate the built-in models against the nx12 measurements; write the report.
+    EvaluateBuiltin(evaluate::EvaluateArgs),
 }
 
 fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
     logging::init(&cli.log_level);
     let result = match cli.command {
-        Command::Predict(args) => predict::run(&args, &model_source::NotYetBuiltin),
+        Command::Predict(args) => predict::run(&args, &builtin::Embedded),
+        Command::TrainBuiltin(args) => train::run(&args),
+        Command::EvaluateBuiltin(args) => evaluate::run(&args),
     };
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,

@@ -1,11 +1,12 @@
 //! Where a model comes from: a model-DB file, or the built-in defaults chosen by machine spec.
 //!
-//! Built-in models arrive with a later part of the project; they plug in by implementing
-//! [`BuiltinModels`] and passing it to [`crate::predict::run`] instead of [`NotYetBuiltin`].
+//! Built-in models plug in through [`BuiltinModels`] ([`crate::builtin::Embedded`] in the
+//! binary; tests pass recording stand-ins).
 
 use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context, Result};
+use kepler_models::builtin::BuiltinFamily;
 use kepler_models::Predictor;
 
 /// The `--model` argument.
@@ -34,19 +35,11 @@ impl std::str::FromStr for ModelSource {
 /// server's machine-spec JSON: processor, cores, chips, memory, frequency), `None` to use
 /// the local machine's.
 pub trait BuiltinModels {
-    fn select(&self, spec: Option<&serde_json::Value>) -> Result<Box<dyn Predictor>>;
-}
-
-/// Stand-in until built-in models exist: says so clearly.
-pub struct NotYetBuiltin;
-
-impl BuiltinModels for NotYetBuiltin {
-    fn select(&self, _spec: Option<&serde_json::Value>) -> Result<Box<dyn Predictor>> {
-        bail!(
-            "built-in models are not available yet in this build; pass a model-DB file \
-             (weight .json or .zip) to --model"
-        )
-    }
+    fn select(
+        &self,
+        spec: Option<&serde_json::Value>,
+        family: BuiltinFamily,
+    ) -> Result<Box<dyn Predictor>>;
 }
 
 /// Loads the model `source` names.
@@ -54,6 +47,7 @@ pub fn load(
     source: &ModelSource,
     trainer: Option<&str>,
     spec: Option<&Path>,
+    family: BuiltinFamily,
     builtin: &dyn BuiltinModels,
 ) -> Result<Box<dyn Predictor>> {
     match source {
@@ -69,7 +63,7 @@ pub fn load(
                 tracing::warn!("--trainer does not apply to --model builtin; ignored");
             }
             let spec = spec.map(read_spec).transpose()?;
-            builtin.select(spec.as_ref())
+            builtin.select(spec.as_ref(), family)
         }
     }
 }
@@ -95,7 +89,11 @@ mod tests {
     struct Recording(RefCell<Option<serde_json::Value>>);
 
     impl BuiltinModels for Recording {
-        fn select(&self, spec: Option<&serde_json::Value>) -> Result<Box<dyn Predictor>> {
+        fn select(
+            &self,
+            spec: Option<&serde_json::Value>,
+            _family: BuiltinFamily,
+        ) -> Result<Box<dyn Predictor>> {
             *self.0.borrow_mut() = spec.cloned();
             let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(
                 "../../../shared/data/kepler-model-db/models/v0.7/specpower-0.7.11/acpi/AbsPower/BPFOnly/SGDRegressorTrainer_0.json",
@@ -121,20 +119,17 @@ mod tests {
         let spec = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
             .join("../../../shared/data/kepler-model-server/tests/data/machine/spec.json");
         let resolver = Recording(RefCell::new(None));
-        let model = load(&ModelSource::Builtin, None, Some(&spec), &resolver)?;
+        let model = load(
+            &ModelSource::Builtin,
+            None,
+            Some(&spec),
+            BuiltinFamily::Platform,
+            &resolver,
+        )?;
         assert_eq!(model.components(), ["platform"]);
         let seen = resolver.0.borrow().clone().unwrap_or_default();
         assert_eq!(seen["processor"], "intel_xeon_platinum_8259cl");
         assert_eq!(seen["cores"], 96);
         Ok(())
-    }
-
-    #[test]
-    fn default_builtin_says_not_available() {
-        let err = load(&ModelSource::Builtin, None, None, &NotYetBuiltin)
-            .err()
-            .map(|e| e.to_string())
-            .unwrap_or_default();
-        assert!(err.contains("not available yet"), "{err}");
     }
 }

@@ -10,6 +10,7 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context, Result};
+use kepler_models::builtin::BuiltinFamily;
 use kepler_models::features::feature_aliases;
 
 use crate::model_source::{self, BuiltinModels, ModelSource};
@@ -25,9 +26,14 @@ pub struct PredictArgs {
     #[arg(long, value_name = "NAME")]
     pub trainer: Option<String>,
 
-    /// Machine spec JSON (processor, cores, chips, memory, frequency) for `--model builtin`.
+    /// Machine spec JSON (processor, cores, chips, memory, frequency) for `--model builtin`;
+    /// without it, this machine's /proc/cpuinfo and /proc/meminfo.
     #[arg(long, value_name = "FILE")]
     pub spec: Option<PathBuf>,
+
+    /// Built-in model family: `rapl` (package, dram) or `platform` (whole-machine power).
+    #[arg(long, value_name = "rapl|platform", default_value = "rapl")]
+    pub family: BuiltinFamily,
 
     /// CSV of features with a header row; `-` reads stdin.
     #[arg(long, value_name = "CSV")]
@@ -40,6 +46,7 @@ pub fn run(args: &PredictArgs, builtin: &dyn BuiltinModels) -> Result<()> {
         &args.model,
         args.trainer.as_deref(),
         args.spec.as_deref(),
+        args.family,
         builtin,
     )?;
     tracing::info!(

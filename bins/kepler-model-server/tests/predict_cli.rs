@@ -159,10 +159,100 @@ fn missing_column_and_bad_cell_are_clear_errors() {
     assert!(err.contains("row 2") && err.contains("cache_miss"), "{err}");
 }
 
+/// The model server's own example spec: m5.metal, Xeon Platinum 8259CL, 96 logical CPUs,
+/// 377 GiB.
+fn upstream_spec() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../../../shared/data/kepler-model-server/tests/data/machine/spec.json")
+}
+
 #[test]
-fn builtin_is_not_available_yet() {
+fn builtin_model_chosen_by_spec_reproduces_the_aws_row() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let input = csv_file(&dir, "bpf_cpu_time_ms\n0\n96000\n");
+    let spec = upstream_spec();
+    let out = run(&[
+        "predict",
+        "--model",
+        "builtin",
+        "--spec",
+        spec.to_str().unwrap_or_default(),
+        "--input",
+        input.to_str().unwrap_or_default(),
+    ]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    assert!(err.contains("exact match"), "{err}");
+    // aws-instances.csv, m5n.metal (96 of 96 vCPU, Xeon Platinum 8259CL, 384 GB):
+    // PkgWatt @ Idle "54,71", @ 100% "445,38"; RAMWatt "59,72", "254,95". Rapl is the default
+    // family. 100 % is a logarithmic curve's end: equal to ~1e-12, printed in full.
+    let r = rows(&out);
+    assert_eq!(r[0], ["package", "dram"]);
+    assert_eq!(r[1], ["54.71", "59.72"]);
+    let full: Vec<f64> = r[2].iter().map(|v| v.parse().unwrap_or(f64::NAN)).collect();
+    assert!((full[0] - 445.38).abs() < 1e-9, "{full:?}");
+    assert!((full[1] - 254.95).abs() < 1e-9, "{full:?}");
+}
+
+#[test]
+fn builtin_platform_family_falls_back_for_a_cpu_specpower_lacks() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let input = csv_file(&dir, "bpf_cpu_time_ms\n0\n");
+    let spec = upstream_spec();
+    let out = run(&[
+        "predict",
+        "--model",
+        "builtin",
+        "--spec",
+        spec.to_str().unwrap_or_default(),
+        "--family",
+        "platform",
+        "--input",
+        input.to_str().unwrap_or_default(),
+    ]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    assert!(
+        err.contains("fallback") && err.contains("no specpower node type"),
+        "{err}"
+    );
+    let r = rows(&out);
+    assert_eq!(r[0], ["platform"]);
+    let idle: f64 = r[1][0].parse().unwrap_or(f64::NAN);
+    // A 96-CPU server idles somewhere between a small and a big SPECpower box.
+    assert!((50.0..200.0).contains(&idle), "{idle}");
+}
+
+#[test]
+fn builtin_with_a_bad_spec_is_a_clear_error() {
     let dir = tempfile::tempdir().expect("tempdir");
     let input = csv_file(&dir, "bpf_cpu_time_ms\n1\n");
+    let spec = dir.path().join("spec.json");
+    std::fs::write(
+        &spec,
+        r#"{"processor": "intel_xeon_gold_6136", "cores": 0}"#,
+    )
+    .expect("write");
+    let out = run(&[
+        "predict",
+        "--model",
+        "builtin",
+        "--spec",
+        spec.to_str().unwrap_or_default(),
+        "--input",
+        input.to_str().unwrap_or_default(),
+    ]);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("cores"), "{err}");
+    assert!(out.stdout.is_empty());
+}
+
+#[cfg(target_os = "linux")]
+#[test]
+fn builtin_without_a_spec_uses_this_machine() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let input = csv_file(&dir, "bpf_cpu_time_ms\n0\n");
     let out = run(&[
         "predict",
         "--model",
@@ -170,7 +260,8 @@ fn builtin_is_not_available_yet() {
         "--input",
         input.to_str().unwrap_or_default(),
     ]);
-    assert!(!out.status.success());
-    assert!(String::from_utf8_lossy(&out.stderr).contains("not available yet"));
-    assert!(out.stdout.is_empty());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    assert!(err.contains("built-in model:"), "{err}");
+    assert_eq!(rows(&out)[0], ["package", "dram"]);
 }

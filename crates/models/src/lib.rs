@@ -15,6 +15,10 @@
 //!   MaxAbs scaling: XGBoost JSON trees, and also pickled linear regressors and curve fits.
 //!   Scaler and pickled models are read by a small data-only pickle reader.
 //!
+//! The [`builtin`] module adds default models trained by this project from public data
+//! (SPECpower results, the AWS instance dataset), chosen by machine spec; see
+//! docs/builtin-models.md.
+//!
 //! Legacy v0.6 files load too: `mean`/`variance` are ignored and `bpf_cpu_time_us` is read
 //! from `bpf_cpu_time_ms` unchanged (see [`features`] for why).
 //!
@@ -33,6 +37,7 @@
 //! ```
 
 mod archive;
+pub mod builtin;
 mod curvefit;
 mod error;
 pub mod features;

@@ -1,0 +1,76 @@
+//! Built-in default models, chosen by machine spec, for hosts without a trained model.
+//!
+//! Trained by `kepler-model-server train-builtin` from public data (docs/builtin-models.md):
+//!
+//! - **`rapl` family** (`package`, `dram`): the AWS instance dataset, package and DRAM watts
+//!   at idle/10/50/100 % per EC2 platform (CPU model, platform vCPUs, platform memory).
+//! - **`platform` family** (`platform`, ACPI-like wall power): SPECpower_ssj2008 results,
+//!   idle and 100 % watts per server (CPU model, threads, sockets, memory).
+//!
+//! Every model reads one feature, `bpf_cpu_time_ms` (busy CPU ms per second over all
+//! logical CPUs), as utilisation `u = x / (1000 × logical CPUs)`, and is a model-DB weight
+//! JSON (logarithmic `CurveFit_Weights` for `rapl`, linear weights for `platform`); the
+//! index ([`BuiltinIndex`]) holds the curve ends and shape per node type.
+//!
+//! # Selection rules
+//!
+//! 1. The host processor is normalised ([`normalize_processor`]) and reduced to a **match
+//!    key**: brand tokens (`intel`, `amd`, `aws`, `arm`, `xeon`) and separators removed,
+//!    `graviton`/`graviton2` mapped to their cores (`cortexa72`/`neoversen1`, all arm64
+//!    cpuinfo tells). A name without a digit (`Intel Xeon Processor`, a QEMU model) has no
+//!    key and matches nothing. Keys are compared for **equality**, never as substrings: an
+//!    `E5-2660` is not an `E5-2660 v2`, an `8259` is not an `8259CL`.
+//! 2. **Exact**: a node type with the same key and the same logical CPU count (and sockets,
+//!    when both sides know them). Among several (memory variants), the nearest memory, then
+//!    frequency, then the lowest id. `dram` is scaled by host/model memory when they differ
+//!    by more than 5 % (MemTotal is a little below installed memory; in the AWS data dram
+//!    watts are proportional to memory within a CPU model).
+//! 3. **Same CPU, scaled**: otherwise the same-key node type with the nearest logical CPU
+//!    count (log ratio; ties: same sockets, nearest memory, lowest id), every component but
+//!    `dram` scaled by host/model logical CPUs (a VM with 4 of 96 vCPUs gets 4/96 of the
+//!    platform, as the AWS data itself is built), `dram` by memory as above.
+//! 4. **Fallback**: no node type has the key. Idle and full-load watts are affine in the
+//!    machine size, `fixed + per_cpu·CPUs + per_gb·GB`, fitted over all node types of the
+//!    family (Theil–Sen); the curve shape is the family's median. Unknown memory (0) is
+//!    taken as the median GB per logical CPU of the data.
+//!
+//! The [`BuiltinSelection::reason`] says which rule applied, to what, and the factors used.
+
+mod index;
+mod procfs;
+mod select;
+mod spec;
+
+pub use index::{
+    embedded_index, round_sig, trainer_for, weight_json, Affine, BuiltinIndex, CurveParams,
+    Fallback, FallbackCurve, FamilyIndex, NodeType, INDEX_FORMAT, LINEAR_TRAINER, LOG_TRAINER,
+};
+pub use procfs::{parse_cpuinfo, parse_meminfo_gib, CpuInfo};
+pub use select::{
+    builtin_fallback, select_builtin, select_in, BuiltinFamily, BuiltinSelection, MatchQuality,
+};
+pub use spec::{normalize_processor, MachineSpec};
+
+/// Why a machine spec could not be read or a built-in model not be built.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum BuiltinError {
+    /// cpuinfo/meminfo text or spec JSON that does not describe a machine.
+    #[error("invalid machine spec: {0}")]
+    Spec(String),
+    /// A family name other than `rapl` or `platform`.
+    #[error("unknown built-in model family {0:?} (rapl or platform)")]
+    UnknownFamily(String),
+    /// The built-in index is malformed (a broken build or a hand-edited file).
+    #[error("invalid built-in model index: {0}")]
+    Index(String),
+    /// The generated model did not load (a bug: every embedded model is loaded by the tests).
+    #[error(transparent)]
+    Model(#[from] crate::ModelError),
+}
+
+/// Match key of a processor name (exposed for the trainer, which must group by the same key
+/// the selection compares).
+pub fn cpu_match_key(processor: &str) -> Option<String> {
+    spec::cpu_key(processor)
+}

@@ -1,0 +1,366 @@
+//! Choosing a built-in model for a machine spec (rules in the [`super`] module docs).
+
+use std::collections::BTreeMap;
+
+use super::index::{
+    embedded_index, trainer_for, weight_json, BuiltinIndex, CurveParams, FamilyIndex, NodeType,
+};
+use super::spec::{cpu_key, MachineSpec};
+use super::BuiltinError;
+use crate::Predictor;
+
+/// Which kind of power a model estimates.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum BuiltinFamily {
+    /// RAPL-like: `package` and `dram` (trained on the AWS instance data).
+    Rapl,
+    /// ACPI-like whole-machine power: `platform` (trained on SPECpower results).
+    Platform,
+}
+
+impl BuiltinFamily {
+    /// The components the family's models output.
+    pub fn components(self) -> &'static [&'static str] {
+        match self {
+            BuiltinFamily::Rapl => &["package", "dram"],
+            BuiltinFamily::Platform => &["platform"],
+        }
+    }
+
+    fn of(self, index: &BuiltinIndex) -> &FamilyIndex {
+        match self {
+            BuiltinFamily::Rapl => &index.rapl,
+            BuiltinFamily::Platform => &index.platform,
+        }
+    }
+}
+
+impl std::fmt::Display for BuiltinFamily {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            BuiltinFamily::Rapl => "rapl",
+            BuiltinFamily::Platform => "platform",
+        })
+    }
+}
+
+impl std::str::FromStr for BuiltinFamily {
+    type Err = BuiltinError;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s.to_ascii_lowercase().as_str() {
+            "rapl" => Ok(BuiltinFamily::Rapl),
+            "platform" | "acpi" => Ok(BuiltinFamily::Platform),
+            _ => Err(BuiltinError::UnknownFamily(s.to_string())),
+        }
+    }
+}
+
+/// How well the chosen model fits the host.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum MatchQuality {
+    /// Same CPU model and logical CPU count (and sockets, when both are known).
+    Exact,
+    /// Same CPU model, different size: the nearest node type scaled by the core ratio.
+    SameCpuScaled,
+    /// No node type has this CPU: the generic size-scaled fallback.
+    Fallback,
+}
+
+impl std::fmt::Display for MatchQuality {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            MatchQuality::Exact => "exact",
+            MatchQuality::SameCpuScaled => "same-cpu-scaled",
+            MatchQuality::Fallback => "fallback",
+        })
+    }
+}
+
+/// The chosen model and why.
+#[derive(Debug)]
+pub struct BuiltinSelection {
+    /// Input `bpf_cpu_time_ms`; outputs [`BuiltinFamily::components`].
+    pub predictor: Box<dyn Predictor>,
+    /// `builtin/aws/LogarithmicRegressionTrainer_17`, `builtin/specpower/fallback`.
+    pub model_name: String,
+    pub matched: MatchQuality,
+    /// One line for logs and `kepler probe`: what matched, what was scaled and by how much.
+    pub reason: String,
+    /// The model-DB weight JSON the predictor was loaded from (for an unscaled exact match,
+    /// byte for byte the committed file).
+    pub model_json: String,
+}
+
+/// Chooses the built-in model of `family` for `spec` from the embedded index.
+pub fn select_builtin(
+    spec: &MachineSpec,
+    family: BuiltinFamily,
+) -> Result<BuiltinSelection, BuiltinError> {
+    select_in(embedded_index()?, spec, family)
+}
+
+/// The fallback of `family` for `spec`, whatever the CPU (for comparisons and tests).
+pub fn builtin_fallback(
+    spec: &MachineSpec,
+    family: BuiltinFamily,
+) -> Result<BuiltinSelection, BuiltinError> {
+    spec.validate()?;
+    fallback(
+        family.of(embedded_index()?),
+        spec,
+        "fallback requested".into(),
+    )
+}
+
+/// [`select_builtin`] over a given index.
+pub fn select_in(
+    index: &BuiltinIndex,
+    spec: &MachineSpec,
+    family: BuiltinFamily,
+) -> Result<BuiltinSelection, BuiltinError> {
+    spec.validate()?;
+    let fam = family.of(index);
+    let Some(key) = cpu_key(&spec.processor) else {
+        let why = format!(
+            "processor {:?} names no CPU model (no model number)",
+            spec.processor
+        );
+        return fallback(fam, spec, why);
+    };
+    let same_cpu: Vec<&NodeType> = fam
+        .types
+        .iter()
+        .filter(|t| cpu_key(&t.processor).as_deref() == Some(key.as_str()))
+        .collect();
+    let cores = spec.logical_cores;
+    let exact = same_cpu
+        .iter()
+        .copied()
+        .filter(|t| t.cores == cores && chips_agree(t.chips, spec.chips))
+        .min_by(|a, b| {
+            closeness(spec, a)
+                .total_cmp(&closeness(spec, b))
+                .then(a.id.cmp(&b.id))
+        });
+    if let Some(t) = exact {
+        return from_type(fam, t, spec, MatchQuality::Exact);
+    }
+    let nearest = same_cpu.iter().copied().min_by(|a, b| {
+        core_distance(cores, a)
+            .total_cmp(&core_distance(cores, b))
+            .then(chips_agree(b.chips, spec.chips).cmp(&chips_agree(a.chips, spec.chips)))
+            .then(closeness(spec, a).total_cmp(&closeness(spec, b)))
+            .then(a.id.cmp(&b.id))
+    });
+    match nearest {
+        Some(t) => from_type(fam, t, spec, MatchQuality::SameCpuScaled),
+        None => {
+            let why = format!(
+                "no {} node type has CPU {:?} (match key {key:?}; the data covers {} CPU models)",
+                fam.pipeline,
+                spec.processor,
+                distinct_cpus(fam)
+            );
+            fallback(fam, spec, why)
+        }
+    }
+}
+
+fn distinct_cpus(fam: &FamilyIndex) -> usize {
+    fam.types
+        .iter()
+        .filter_map(|t| cpu_key(&t.processor))
+        .collect::<std::collections::BTreeSet<_>>()
+        .len()
+}
+
+/// Sockets only disagree when both sides know them.
+fn chips_agree(model: Option<u32>, host: u32) -> bool {
+    host == 0 || model.is_none_or(|m| m == host)
+}
+
+fn core_distance(cores: u32, t: &NodeType) -> f64 {
+    (f64::from(cores) / f64::from(t.cores)).ln().abs()
+}
+
+/// How far memory and frequency are (log ratios; 0 when the host does not know).
+fn closeness(spec: &MachineSpec, t: &NodeType) -> f64 {
+    let mem = if spec.memory_gb > 0.0 && t.memory_gb > 0.0 {
+        (spec.memory_gb / t.memory_gb).ln().abs()
+    } else {
+        0.0
+    };
+    let freq = match (spec.frequency_mhz, t.frequency_mhz) {
+        (Some(h), Some(m)) if h > 0.0 && m > 0.0 => (h / m).ln().abs(),
+        _ => 0.0,
+    };
+    // Memory first: it changes dram power; frequency only breaks ties.
+    mem * 1e3 + freq
+}
+
+/// Memory ratios within this factor count as equal: `MemTotal` is 1–3 % below the installed
+/// memory the data states (the kernel keeps some), which is no reason to rescale.
+const SAME_MEMORY: f64 = 1.05;
+
+/// host memory / model memory, 1 when close, the core ratio when the host's is unknown
+/// (same memory per CPU assumed).
+fn memory_factor(spec: &MachineSpec, t: &NodeType, core_k: f64) -> f64 {
+    if spec.memory_gb <= 0.0 || t.memory_gb <= 0.0 {
+        return core_k;
+    }
+    let k = spec.memory_gb / t.memory_gb;
+    if k.ln().abs() <= SAME_MEMORY.ln() {
+        1.0
+    } else {
+        k
+    }
+}
+
+fn from_type(
+    fam: &FamilyIndex,
+    t: &NodeType,
+    spec: &MachineSpec,
+    matched: MatchQuality,
+) -> Result<BuiltinSelection, BuiltinError> {
+    let core_k = f64::from(spec.logical_cores) / f64::from(t.cores);
+    let mem_k = memory_factor(spec, t, core_k);
+    // dram follows memory (in the AWS data dram watts are proportional to it within a CPU
+    // model); everything else follows the CPU count.
+    let factor = |component: &str| if component == "dram" { mem_k } else { core_k };
+    let mut scaled = Vec::new();
+    let components: BTreeMap<String, CurveParams> = t
+        .components
+        .iter()
+        .map(|(name, c)| {
+            let k = factor(name);
+            if k != 1.0 {
+                scaled.push(format!("{name} ×{k:.4}"));
+            }
+            (name.clone(), c.scaled(k))
+        })
+        .collect();
+    let model_name = format!("builtin/{}/{}_{}", fam.pipeline, fam.trainer, t.id);
+    let described = format!(
+        "{} node type {} ({}, {} logical CPUs{}, {} GB; from {})",
+        fam.pipeline,
+        t.id,
+        t.cpu,
+        t.cores,
+        t.chips
+            .map(|c| format!(", {c} sockets"))
+            .unwrap_or_default(),
+        t.memory_gb,
+        members_summary(&t.members)
+    );
+    let reason = match (matched, scaled.is_empty()) {
+        (MatchQuality::Exact, true) => format!("exact match: {described}"),
+        (MatchQuality::Exact, false) => format!(
+            "exact CPU and size match: {described}; host memory {:.0} GiB, so {}",
+            spec.memory_gb,
+            scaled.join(", ")
+        ),
+        _ => format!(
+            "same CPU model, {} logical CPUs instead of {}: {described}, scaled {}",
+            spec.logical_cores,
+            t.cores,
+            scaled.join(", ")
+        ),
+    };
+    // An unscaled model is the committed file; a scaled one describes the host.
+    let machine_spec = if scaled.is_empty() {
+        t.machine_spec()
+    } else {
+        spec.to_spec_value()
+    };
+    build(
+        model_name,
+        &format!("{}_{}", fam.trainer, t.id),
+        &machine_spec,
+        spec.logical_cores,
+        &components,
+        matched,
+        reason,
+    )
+}
+
+fn members_summary(members: &[String]) -> String {
+    match members {
+        [] => "no listed source".into(),
+        [one] => one.clone(),
+        [first, rest @ ..] => format!("{first} and {} more", rest.len()),
+    }
+}
+
+fn fallback(
+    fam: &FamilyIndex,
+    spec: &MachineSpec,
+    why: String,
+) -> Result<BuiltinSelection, BuiltinError> {
+    let cpus = f64::from(spec.logical_cores);
+    let uses_memory = fam
+        .fallback
+        .components
+        .values()
+        .any(|f| f.idle.per_gb_w != 0.0 || f.max.per_gb_w != 0.0);
+    let (memory, memory_note) = if spec.memory_gb > 0.0 || !uses_memory {
+        (spec.memory_gb, String::new())
+    } else {
+        let m = fam.fallback.memory_gb_per_cpu * cpus;
+        (m, format!(", memory unknown so {m:.0} GB assumed"))
+    };
+    let mut parts = Vec::new();
+    let components: BTreeMap<String, CurveParams> = fam
+        .fallback
+        .components
+        .iter()
+        .map(|(name, f)| {
+            // An affine fit can dip below zero far outside the data; power cannot.
+            let c = CurveParams {
+                idle_w: f.idle.at(cpus, memory).max(0.0),
+                max_w: f.max.at(cpus, memory).max(0.0),
+                log_b: f.log_b,
+            };
+            parts.push(format!("{name} {:.1}–{:.1} W", c.idle_w, c.max_w));
+            (name.clone(), c)
+        })
+        .collect();
+    let reason = format!(
+        "{why}; generic fallback for {} logical CPUs{memory_note}: {}",
+        spec.logical_cores,
+        parts.join(", ")
+    );
+    build(
+        format!("builtin/{}/fallback", fam.pipeline),
+        &format!("{}_fallback", trainer_for(&components)),
+        &spec.to_spec_value(),
+        spec.logical_cores,
+        &components,
+        MatchQuality::Fallback,
+        reason,
+    )
+}
+
+fn build(
+    model_name: String,
+    stem: &str,
+    machine_spec: &serde_json::Value,
+    cores: u32,
+    components: &BTreeMap<String, CurveParams>,
+    matched: MatchQuality,
+    reason: String,
+) -> Result<BuiltinSelection, BuiltinError> {
+    let model_json = weight_json(&model_name, machine_spec, cores, components)?;
+    let predictor = crate::load_model_bytes(
+        model_json.as_bytes(),
+        Some(&format!("{stem}.json")),
+        Some(trainer_for(components)),
+    )?;
+    Ok(BuiltinSelection {
+        predictor,
+        model_name,
+        matched,
+        reason,
+        model_json,
+    })
+}
