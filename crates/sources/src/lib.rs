@@ -4,7 +4,10 @@
 //! processes it already knows and everything that identifies a process (exe, command line,
 //! cgroup, and the workload a [`kepler_core::Classifier`] derives from them) once per process.
 //! Every path is relative to a configurable root so the readers run on fixture trees.
+//!
+//! [`procfs::ProcfsReader`] is the reading layer under that source, shared with the eBPF source:
+//! node CPU times, a process's key, and its description, read and converted the same way.
 
 pub mod procfs;
 
-pub use procfs::{probe, read_cpu_info, ProcfsSource};
+pub use procfs::{probe, read_cpu_info, ProcessDescription, ProcfsReader, ProcfsSource};

@@ -13,7 +13,7 @@ use kepler_core::{
     Classifier, NoWorkloads, ProcessInfo, ProcessType, ReadError, UsageSnapshot, UsageSource,
     WorkloadIdentity,
 };
-use kepler_sources::{probe, ProcfsSource};
+use kepler_sources::{probe, ProcessDescription, ProcfsReader, ProcfsSource};
 
 fn hz() -> u64 {
     // SAFETY: sysconf reads a C library constant.
@@ -305,4 +305,58 @@ fn large_stat_file_only_first_line_matters() {
     fs::write(root.join("stat"), stat).unwrap();
     let mut source = ProcfsSource::new(root.to_path_buf(), Arc::new(NoWorkloads)).unwrap();
     assert_eq!(source.snapshot().unwrap().node.total, ticks(100));
+}
+
+#[test]
+fn reader_describes_processes_as_the_source_does() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path();
+    basic_tree(root);
+    let mut source = ProcfsSource::new(root.to_path_buf(), Arc::new(NoWorkloads)).unwrap();
+    let snap = source.snapshot().unwrap();
+    let mut reader = ProcfsReader::new(root).unwrap();
+    assert_eq!(reader.root(), root);
+    assert_eq!(reader.user_hz(), hz());
+
+    assert_eq!(reader.read_node_cpu_times().unwrap(), snap.node);
+    for p in &snap.processes {
+        let d: ProcessDescription = reader.describe(p.key.pid).unwrap();
+        assert_eq!(d.key, p.key);
+        // NoWorkloads leaves the workload at its default, as describe does.
+        assert_eq!(d.info, *p.info);
+        assert_eq!(reader.process_key(p.key.pid), Some(p.key));
+    }
+    // No stat, a truncated or garbage one, no such pid: nothing to describe.
+    for pid in [500, 501, 502, 4242] {
+        assert_eq!(reader.describe(pid), None, "{pid}");
+        assert_eq!(reader.process_key(pid), None, "{pid}");
+    }
+    // Exited while being read (cgroup gone): no description, though stat still gives a key.
+    fs::remove_file(root.join("77/cgroup")).unwrap();
+    assert_eq!(reader.describe(77), None);
+    assert_eq!(
+        reader.process_key(77).map(|k| k.start_time),
+        Some(ticks(4000))
+    );
+
+    // A boot-clock instant anywhere inside tick 4000 floors to the start time procfs shows.
+    let tick = Duration::from_nanos(1_000_000_000 / hz());
+    for extra in [
+        Duration::ZERO,
+        Duration::from_nanos(1),
+        tick - Duration::from_nanos(1),
+    ] {
+        assert_eq!(reader.floor_to_tick(ticks(4000) + extra), ticks(4000));
+    }
+
+    fs::remove_file(root.join("stat")).unwrap();
+    assert!(matches!(
+        reader.read_node_cpu_times(),
+        Err(ReadError::Io { .. })
+    ));
+    fs::write(root.join("stat"), "intr 1 2\n").unwrap();
+    assert!(matches!(
+        reader.read_node_cpu_times(),
+        Err(ReadError::Parse { .. })
+    ));
 }

@@ -7,7 +7,7 @@ use std::thread::sleep;
 use std::time::Duration;
 
 use kepler_core::{NoWorkloads, UsageSnapshot, UsageSource};
-use kepler_sources::{probe, ProcfsSource};
+use kepler_sources::{probe, ProcfsReader, ProcfsSource};
 
 /// Kills and reaps the child even when an assertion fails.
 struct Reaped(Child);
@@ -59,6 +59,11 @@ fn finds_a_sleeping_child_with_its_identity() {
         "{}",
         p.info.cgroup_path
     );
+
+    // The shared reader (what the eBPF source describes processes with) agrees.
+    let described = ProcfsReader::new("/proc").unwrap().describe(pid).unwrap();
+    assert_eq!(described.key, p.key);
+    assert_eq!(described.info, *p.info);
 
     assert!(snap.node.total > snap.node.idle);
     assert!(snap.uptime > Duration::ZERO);

@@ -181,5 +181,14 @@ pub(crate) fn ticks_to_duration(ticks: u64, user_hz: u64) -> Duration {
     Duration::from_secs(secs) + Duration::from_nanos(nanos)
 }
 
+/// Whole clock ticks in `d`, rounded down like the kernel's `nsec_to_clock_t` (which turns a
+/// task's `start_boottime` into the start time of `/proc/<pid>/stat`); saturates at `u64::MAX`.
+pub(crate) fn duration_to_ticks(d: Duration, user_hz: u64) -> u64 {
+    let whole = d.as_secs().saturating_mul(user_hz);
+    // subsec_nanos < 1e9, so the product fits in u128 and the quotient is below user_hz.
+    let part = u128::from(d.subsec_nanos()) * u128::from(user_hz) / 1_000_000_000;
+    whole.saturating_add(u64::try_from(part).unwrap_or(u64::MAX))
+}
+
 #[cfg(test)]
 mod tests;

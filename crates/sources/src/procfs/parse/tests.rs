@@ -123,6 +123,12 @@ fn cgroup_path_selection() {
             "/kubepods/pod1/cpu",
         ),
         ("2:cpu,cpuacct:/\n1:name=systemd:/\n", "/"),
+        // Only a non-cpu v1 controller is placed: it beats a root unified line.
+        ("4:memory:/m\n0::/\n", "/m"),
+        ("4:memory:/m\n0::/u\n", "/u"),
+        // Nothing placed: the unified root, else the first path.
+        ("2:pids:/\n0::/\n", "/"),
+        ("1:name=systemd:/\n", "/"),
         // Odd lines are ignored; a path may contain ':'.
         ("garbage\n\n0::/a:b:c\n", "/a:b:c"),
         ("", ""),
@@ -155,6 +161,21 @@ fn pids_and_ticks() {
     assert_eq!(ticks_to_duration(5, 0), Duration::ZERO);
 }
 
+#[test]
+fn durations_floor_to_ticks() {
+    assert_eq!(
+        duration_to_ticks(Duration::from_nanos(1_239_999_999), 100),
+        123
+    );
+    assert_eq!(duration_to_ticks(Duration::from_millis(1230), 100), 123);
+    assert_eq!(duration_to_ticks(Duration::from_nanos(9_999_999), 100), 0);
+    // A USER_HZ that does not divide 1e9 floors as the kernel's nsec_to_clock_t does.
+    assert_eq!(duration_to_ticks(Duration::from_nanos(3_333_333), 300), 0);
+    assert_eq!(duration_to_ticks(Duration::from_nanos(3_333_334), 300), 1);
+    assert_eq!(duration_to_ticks(Duration::MAX, 100), u64::MAX);
+    assert_eq!(duration_to_ticks(Duration::from_secs(5), 0), 0);
+}
+
 proptest::proptest! {
     #[test]
     fn parsers_never_panic(bytes in proptest::collection::vec(proptest::num::u8::ANY, 0..300)) {
@@ -176,5 +197,20 @@ proptest::proptest! {
         let stat = parse_pid_stat(line.as_bytes()).unwrap();
         proptest::prop_assert_eq!(stat.comm, comm.as_bytes());
         proptest::prop_assert_eq!((stat.utime, stat.stime, stat.start_time), (utime, stime, start));
+    }
+
+    /// With a USER_HZ that divides 1e9 (100 on every common architecture) a tick is a whole
+    /// number of ns, so a start time procfs shows floors back to its own tick count.
+    #[test]
+    fn floored_durations_round_trip(
+        ticks in 0u64..1 << 40,
+        extra in 0u64..1_000_000_000,
+        user_hz in proptest::sample::select(vec![100u64, 250, 1000]),
+    ) {
+        let shown = ticks_to_duration(ticks, user_hz);
+        proptest::prop_assert_eq!(duration_to_ticks(shown, user_hz), ticks);
+        // Anything less than one tick later still floors to the same tick.
+        let later = shown + Duration::from_nanos(extra / user_hz);
+        proptest::prop_assert_eq!(duration_to_ticks(later, user_hz), ticks);
     }
 }

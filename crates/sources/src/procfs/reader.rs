@@ -1,0 +1,200 @@
+//! [`ProcfsReader`]: the procfs reads every usage source shares. The procfs source scans with
+//! it each tick; the eBPF source uses it for node CPU times and to describe a process once, so
+//! both sources read a process's identity, and derive its key, with the same code.
+
+use std::ffi::OsStr;
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use kepler_core::{NodeCpuTimes, ProcessInfo, ProcessKey, ReadError, Unavailable};
+
+use super::parse::{self, PidStat, PF_KTHREAD};
+use super::read::{io_error, is_vanished, parse_error, user_hz, Buffer};
+
+/// What `/proc/<pid>` tells about a process, as [`ProcfsReader::describe`] reads it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ProcessDescription {
+    /// The key the procfs source reports the process under: its pid and start time.
+    pub key: ProcessKey,
+    /// `comm`, `exe`, `cmdline`, `cgroup_path` and `kernel_thread`; the rest (cgroup id,
+    /// workload) is left at its default for the caller to fill in.
+    pub info: ProcessInfo,
+}
+
+/// Reads a procfs tree (`/proc`, or a fixture with the same layout) into a reused buffer.
+///
+/// Tick counts are converted with the USER_HZ asked of the C library once, at construction.
+pub struct ProcfsReader {
+    root: PathBuf,
+    user_hz: u64,
+    buf: Buffer,
+    /// `<root>/<pid>/<file>`, rebuilt in place for each read so it allocates only while growing.
+    path: PathBuf,
+    stat_path: PathBuf,
+    uptime_path: PathBuf,
+}
+
+impl ProcfsReader {
+    /// A reader of the tree at `procfs_root`. Nothing is read yet; fails only when USER_HZ
+    /// cannot be had (no tick count could then be converted).
+    pub fn new(procfs_root: impl Into<PathBuf>) -> Result<Self, Unavailable> {
+        let root = procfs_root.into();
+        let user_hz = user_hz().ok_or_else(|| Unavailable::new("sysconf(_SC_CLK_TCK) failed"))?;
+        Ok(ProcfsReader {
+            stat_path: root.join("stat"),
+            uptime_path: root.join("uptime"),
+            path: PathBuf::with_capacity(root.as_os_str().len() + 32),
+            root,
+            user_hz,
+            buf: Buffer::new(),
+        })
+    }
+
+    /// The procfs root this reader reads.
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    /// USER_HZ: clock ticks per second, the unit of procfs times.
+    pub fn user_hz(&self) -> u64 {
+        self.user_hz
+    }
+
+    /// Node CPU times from the aggregate `cpu` line of `<root>/stat`: user + nice + system +
+    /// idle + iowait + irq + softirq + steal as the total (guest time is already inside user
+    /// and nice, so it is not added again), plus idle and iowait. Only the first line is read.
+    pub fn read_node_cpu_times(&mut self) -> Result<NodeCpuTimes, ReadError> {
+        let path = &self.stat_path;
+        let content = self
+            .buf
+            .read_first_line(path)
+            .map_err(|e| io_error(path, e))?;
+        let cpu = parse::parse_cpu_line(content)
+            .ok_or_else(|| parse_error(path, "no valid aggregate `cpu` line"))?;
+        Ok(NodeCpuTimes {
+            total: parse::ticks_to_duration(cpu.total, self.user_hz),
+            idle: parse::ticks_to_duration(cpu.idle, self.user_hz),
+            iowait: parse::ticks_to_duration(cpu.iowait, self.user_hz),
+        })
+    }
+
+    /// Time since boot from `<root>/uptime`, exact to the digits the kernel prints.
+    pub(crate) fn read_uptime(&mut self) -> Result<Duration, ReadError> {
+        let path = &self.uptime_path;
+        let content = self.buf.read_all(path).map_err(|e| io_error(path, e))?;
+        parse::parse_uptime(content).ok_or_else(|| parse_error(path, "no uptime in seconds"))
+    }
+
+    /// `since_boot` (a CLOCK_BOOTTIME reading, such as a task's `start_boottime`) as procfs
+    /// shows it: floored to whole clock ticks like the kernel's `nsec_to_clock_t`, then
+    /// converted back as this reader converts start times. So a start time a BPF program reads
+    /// in ns gives the same [`ProcessKey`] as `/proc/<pid>/stat`.
+    pub fn floor_to_tick(&self, since_boot: Duration) -> Duration {
+        let ticks = parse::duration_to_ticks(since_boot, self.user_hz);
+        parse::ticks_to_duration(ticks, self.user_hz)
+    }
+
+    /// The key of the process now at `pid` (from its `stat` alone); `None` when there is none
+    /// or its `stat` is unreadable. Cheaper than [`describe`](Self::describe) for checking
+    /// that a process is still alive.
+    pub fn process_key(&mut self, pid: u32) -> Option<ProcessKey> {
+        let user_hz = self.user_hz;
+        let start_time = self.read_stat(OsStr::new(&pid.to_string()))?.start_time;
+        Some(ProcessKey {
+            pid,
+            start_time: parse::ticks_to_duration(start_time, user_hz),
+        })
+    }
+
+    /// Reads everything that identifies the process now at `pid`, the way the procfs source
+    /// does for a new process: `stat` (comm, kernel-thread flag, start time), then `exe` and
+    /// `cmdline` (not for kernel threads, which have neither) and `cgroup`. `None` when the
+    /// process is gone, or exits while being read; other read errors leave that field empty.
+    /// Callers compare [`ProcessDescription::key`] with theirs to detect a reused pid.
+    pub fn describe(&mut self, pid: u32) -> Option<ProcessDescription> {
+        let pid_name = pid.to_string();
+        let pid_name = OsStr::new(&pid_name);
+        let user_hz = self.user_hz;
+        let PidStat {
+            comm,
+            flags,
+            start_time,
+            ..
+        } = self.read_stat(pid_name)?;
+        let comm = String::from_utf8_lossy(comm).into_owned();
+        let key = ProcessKey {
+            pid,
+            start_time: parse::ticks_to_duration(start_time, user_hz),
+        };
+        let info = self.read_identity(pid_name, comm, flags & PF_KTHREAD != 0)?;
+        Some(ProcessDescription { key, info })
+    }
+
+    /// Reads and parses `<root>/<pid_name>/stat`; `None` (logged unless the process simply
+    /// vanished) when it cannot be read or parsed.
+    pub(crate) fn read_stat(&mut self, pid_name: &OsStr) -> Option<PidStat<'_>> {
+        self.set_path(pid_name, "stat");
+        if let Err(e) = self.buf.read_all(&self.path) {
+            if !is_vanished(&e) {
+                tracing::debug!(path = %self.path.display(), error = %e, "skipping process");
+            }
+            return None;
+        }
+        let stat = parse::parse_pid_stat(self.buf.bytes());
+        if stat.is_none() {
+            tracing::debug!(path = %self.path.display(), "skipping process with odd stat line");
+        }
+        stat
+    }
+
+    /// Reads what identifies a process besides its `stat`. `None` when it exited meanwhile.
+    /// The comm comes from `stat` (the kernel prints the same name in `stat` and `comm`),
+    /// saving an open.
+    pub(crate) fn read_identity(
+        &mut self,
+        pid_name: &OsStr,
+        comm: String,
+        kernel_thread: bool,
+    ) -> Option<ProcessInfo> {
+        let mut info = ProcessInfo {
+            comm,
+            kernel_thread,
+            ..ProcessInfo::default()
+        };
+        // Kernel threads have no executable and an empty command line.
+        if !kernel_thread {
+            self.set_path(pid_name, "exe");
+            // Unreadable for other users' processes without CAP_SYS_PTRACE, and for zombies.
+            info.exe = fs::read_link(&self.path)
+                .map(|p| p.to_string_lossy().into_owned())
+                .unwrap_or_default();
+            self.set_path(pid_name, "cmdline");
+            info.cmdline = parse::parse_cmdline(self.read_optional()?);
+        }
+        self.set_path(pid_name, "cgroup");
+        let cgroup = String::from_utf8_lossy(self.read_optional()?);
+        info.cgroup_path = parse::select_cgroup_path(&cgroup).to_owned();
+        Some(info)
+    }
+
+    /// Points `self.path` at `<root>/<pid>/<file>` without allocating once it has grown.
+    fn set_path(&mut self, pid: &OsStr, file: &str) {
+        self.path.clear();
+        self.path.push(&self.root);
+        self.path.push(pid);
+        self.path.push(file);
+    }
+
+    /// Reads `self.path`: `None` when the process vanished, empty content on other errors.
+    fn read_optional(&mut self) -> Option<&[u8]> {
+        if let Err(e) = self.buf.read_all(&self.path) {
+            if is_vanished(&e) {
+                return None;
+            }
+            tracing::debug!(path = %self.path.display(), error = %e, "reading as empty");
+            return Some(&[]);
+        }
+        Some(self.buf.bytes())
+    }
+}
