@@ -62,7 +62,15 @@ pub fn run(config: Config) -> Result<()> {
             state.set_readiness(Readiness::not_ready(reason));
         }
     }
-    let sampler = Sampler::new(source, meter, Attributor::new(attribution_config(&config)))
+    let mut attribution = attribution_config(&config);
+    if meter.as_ref().is_some_and(|m| !m.includes_idle()) {
+        info!("the meter reports dynamic power only: all of it is active, idle is zero");
+        attribution.idle = IdlePolicy::Baseline {
+            configured: Some(Watts(0.0)),
+            low_usage_ratio: config.attribution.low_usage_ratio,
+        };
+    }
+    let sampler = Sampler::new(source, meter, Attributor::new(attribution))
         .with_features(config.ebpf.export_features);
 
     let (stop_tx, stop_rx) = mpsc::channel::<()>();

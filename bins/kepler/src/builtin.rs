@@ -1,14 +1,51 @@
-//! The built-in estimation models, chosen by this machine's spec.
+//! The built-in estimation models, chosen by this machine's spec (`estimator.model: builtin`).
 
 use kepler_core::Unavailable;
 use kepler_meters::{ModelMeter, OutputType};
+use kepler_models::builtin::{select_builtin, BuiltinFamily, MachineSpec};
+use tracing::info;
 
 use crate::config::Config;
 
+/// This host's machine spec, from the host procfs.
+pub fn machine_spec(config: &Config) -> Result<MachineSpec, Unavailable> {
+    let read = |name: &str| {
+        let path = config.host.procfs.join(name);
+        std::fs::read_to_string(&path)
+            .map_err(|e| Unavailable::new(format!("reading {}: {e}", path.display())))
+    };
+    MachineSpec::from_proc(&read("cpuinfo")?, &read("meminfo")?)
+        .map_err(|e| Unavailable::new(format!("machine spec: {e}")))
+}
+
 pub fn open(
-    _config: &Config,
-    _output: OutputType,
-    _available: Vec<String>,
+    config: &Config,
+    output: OutputType,
+    available: Vec<String>,
 ) -> Result<ModelMeter, Unavailable> {
-    Err(Unavailable::new("built-in models are being wired in"))
+    let spec = machine_spec(config)?;
+    let family: BuiltinFamily = config
+        .estimator
+        .family
+        .parse()
+        .map_err(|e| Unavailable::new(format!("estimator.family: {e}")))?;
+    let selection = select_builtin(&spec, family)
+        .map_err(|e| Unavailable::new(format!("built-in model: {e}")))?;
+    info!(
+        model = %selection.model_name,
+        matched = %selection.matched,
+        reason = %selection.reason,
+        spec = %spec.to_spec_json(),
+        "built-in estimation model selected"
+    );
+    let detail = format!(
+        "{} match: {}; machine spec {}",
+        selection.matched,
+        selection.reason,
+        spec.to_spec_json()
+    );
+    Ok(
+        ModelMeter::new(selection.predictor, selection.model_name, output, available)?
+            .with_detail(detail),
+    )
 }

@@ -41,11 +41,11 @@ pub fn open(config: &Config, available: Vec<String>) -> Result<ModelMeter, Unava
         .map(str::to_string)
         .or_else(|| path.file_stem().map(|s| s.to_string_lossy().into_owned()))
         .unwrap_or_else(|| est.model.clone());
-    Ok(
-        ModelMeter::new(predictor, name, output, available)?.watch(ModelFile {
+    Ok(ModelMeter::new(predictor, name, output, available)?
+        .with_detail(format!("model file {}", path.display()))
+        .watch(ModelFile {
             path: path.to_path_buf(),
             trainer_hint: est.trainer.clone(),
             check_every: est.refresh_period.0,
-        }),
-    )
+        }))
 }

@@ -85,6 +85,9 @@ fn describe(meter: &dyn PowerMeter) -> String {
     if let Some(model) = meter.estimation_model() {
         text.push_str(&format!(", model {model}"));
     }
+    if let Some(detail) = meter.detail() {
+        text.push_str(&format!("\n{:27}{detail}", ""));
+    }
     text
 }
 

@@ -82,3 +82,48 @@ fn estimated_power_rises_with_load_and_is_conserved() {
         );
     }
 }
+
+/// The default configuration on a host without meters: the built-in model for this machine's
+/// spec, labelled estimated, rising with load, conserved.
+#[test]
+fn builtin_model_is_the_automatic_last_resort() {
+    let sysfs = tempfile::tempdir().unwrap();
+    let (_agent, port) = start_agent(&[
+        "--host.sysfs",
+        sysfs.path().to_str().unwrap(),
+        "--monitor.interval",
+        "1s",
+    ]);
+    wait_ready(port, Duration::from_secs(30));
+    std::thread::sleep(Duration::from_millis(1500));
+    let (quiet, samples) = package_watts(port);
+    let info = select(
+        &samples,
+        "kepler_node_cpu_zone_info",
+        &[("zone", "package"), ("source", "estimated")],
+    );
+    assert_eq!(info.len(), 1, "{info:?}");
+    assert!(info[0].labels["model"].starts_with("builtin/"), "{info:?}");
+
+    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let _stress = spawn_shell(&format!(
+        "exec stress-ng --cpu {cpus} --timeout 30s --quiet"
+    ));
+    std::thread::sleep(Duration::from_millis(3500));
+    let (loaded, samples) = package_watts(port);
+    assert!(
+        loaded > quiet,
+        "estimate under load {loaded} W vs at rest {quiet} W"
+    );
+    for zone in ["package", "dram"] {
+        let active = one(&samples, "kepler_node_cpu_active_watts", &[("zone", zone)]);
+        let processes: f64 = select(&samples, "kepler_process_cpu_watts", &[("zone", zone)])
+            .iter()
+            .map(|s| s.value)
+            .sum();
+        assert!(
+            (processes - active).abs() < 1e-3,
+            "{zone}: processes {processes} W vs active {active} W"
+        );
+    }
+}

@@ -64,6 +64,16 @@ pub trait PowerMeter: Send {
     fn estimation_model(&self) -> Option<&str> {
         None
     }
+    /// False for meters that report dynamic power only (an estimate inside a VM): their whole
+    /// reading is active power and idle is zero by construction.
+    fn includes_idle(&self) -> bool {
+        true
+    }
+    /// Why this meter reads what it reads (which model was chosen and why), for
+    /// `kepler probe`.
+    fn detail(&self) -> Option<String> {
+        None
+    }
     /// Zone name of every reading this meter reports, in order; a name repeats once per socket
     /// (sockets are summed later, by `zone_energies`).
     fn zones(&self) -> Vec<String>;

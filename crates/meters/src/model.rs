@@ -52,6 +52,8 @@ pub struct ModelMeter {
     /// Watts per component over the last interval.
     watts: HashMap<String, f64>,
     file: Option<(ModelFile, Option<SystemTime>, std::time::Instant)>,
+    /// How the model was chosen, for `kepler probe`.
+    detail: Option<String>,
 }
 
 impl std::fmt::Debug for ModelMeter {
@@ -121,13 +123,12 @@ impl ModelMeter {
             available,
             watts: HashMap::new(),
             file: None,
+            detail: None,
         };
         // Until the first interval is known, report the power at zero usage.
         let needed = meter.predictor.features();
         let zeros: Vec<(&str, f64)> = needed.iter().map(|f| (f.as_str(), 0.0)).collect();
-        meter.watts = meter
-            .predict_at(&zeros)
-            .map_err(Unavailable::new)?;
+        meter.watts = meter.predict_at(&zeros).map_err(Unavailable::new)?;
         Ok(meter)
     }
 
@@ -137,6 +138,12 @@ impl ModelMeter {
             .and_then(|m| m.modified())
             .ok();
         self.file = Some((file, modified, std::time::Instant::now()));
+        self
+    }
+
+    /// Says how the model was chosen (shown by `kepler probe`).
+    pub fn with_detail(mut self, detail: impl Into<String>) -> Self {
+        self.detail = Some(detail.into());
         self
     }
 
@@ -215,6 +222,21 @@ impl PowerMeter for ModelMeter {
 
     fn estimation_model(&self) -> Option<&str> {
         Some(&self.model_name)
+    }
+
+    fn includes_idle(&self) -> bool {
+        self.output == OutputType::Abs
+    }
+
+    fn detail(&self) -> Option<String> {
+        let output = match self.output {
+            OutputType::Abs => "AbsPower (idle included)",
+            OutputType::Dyn => "DynPower (idle left out)",
+        };
+        Some(match &self.detail {
+            Some(detail) => format!("{detail}; output {output}"),
+            None => format!("output {output}"),
+        })
     }
 
     fn zones(&self) -> Vec<String> {
