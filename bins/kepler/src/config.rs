@@ -342,16 +342,22 @@ impl Default for EbpfConfig {
 #[derive(Clone, Debug, Deserialize, PartialEq)]
 #[serde(default, rename_all = "camelCase")]
 pub struct EstimatorConfig {
-    /// `builtin` (chosen by this machine's spec) or the path of a Kepler model-DB file
-    /// (`.json` weights or `.zip` archive).
+    /// `builtin` (chosen by this machine's spec), the path of a Kepler model-DB file (`.json`
+    /// weights or `.zip` archive), or an `http(s)://` URL of one.
     pub model: String,
+    /// A Kepler model server; when set, the model is the one it selects for this machine
+    /// (`POST <url>/model`), and `model` is not used.
+    #[serde(rename = "modelServerURL")]
+    pub model_server_url: Option<String>,
+    /// Where downloaded models are kept (so a restart without network still estimates).
+    pub cache_dir: PathBuf,
     /// Trainer name when the file name does not tell (`SGDRegressorTrainer`, ...).
     pub trainer: Option<String>,
     /// Built-in model family: `rapl` (package and dram zones) or `platform` (whole machine).
     pub family: String,
     /// `auto` (DynPower inside a VM, AbsPower on bare metal), `AbsPower` or `DynPower`.
     pub output_type: String,
-    /// How often a model file is checked for changes.
+    /// How often a model file is checked for changes, and a downloaded one refreshed.
     pub refresh_period: GoDuration,
 }
 
@@ -359,6 +365,8 @@ impl Default for EstimatorConfig {
     fn default() -> Self {
         EstimatorConfig {
             model: "builtin".into(),
+            model_server_url: None,
+            cache_dir: "/var/lib/kepler/models".into(),
             trainer: None,
             family: "rapl".into(),
             output_type: "auto".into(),

@@ -7,6 +7,7 @@ pub mod builtin;
 pub mod cli;
 pub mod config;
 pub mod estimator;
+pub mod model_fetch;
 pub mod probe;
 pub mod sampler;
 pub mod setup;

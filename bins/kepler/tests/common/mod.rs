@@ -315,3 +315,96 @@ pub fn spawn_shell(script: &str) -> Proc {
             .expect("spawn sh"),
     )
 }
+
+/// A tiny HTTP server on 127.0.0.1 for tests: every request is recorded as
+/// (method, path, body) and answered 200 with the current `body`.
+pub struct TinyServer {
+    pub port: u16,
+    pub body: Arc<std::sync::Mutex<String>>,
+    pub requests: Arc<std::sync::Mutex<Vec<(String, String, String)>>>,
+    stop: Arc<AtomicBool>,
+}
+
+impl TinyServer {
+    pub fn start(body: &str) -> TinyServer {
+        let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
+        listener.set_nonblocking(true).expect("nonblocking");
+        let port = listener.local_addr().expect("addr").port();
+        let body = Arc::new(std::sync::Mutex::new(body.to_string()));
+        let requests = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let stop = Arc::new(AtomicBool::new(false));
+        let (b, r, s) = (body.clone(), requests.clone(), stop.clone());
+        std::thread::spawn(move || {
+            while !s.load(Ordering::Relaxed) {
+                match listener.accept() {
+                    Ok((stream, _)) => serve_one(stream, &b, &r),
+                    Err(_) => std::thread::sleep(Duration::from_millis(10)),
+                }
+            }
+        });
+        TinyServer {
+            port,
+            body,
+            requests,
+            stop,
+        }
+    }
+}
+
+impl Drop for TinyServer {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+    }
+}
+
+fn serve_one(
+    mut stream: TcpStream,
+    body: &std::sync::Mutex<String>,
+    requests: &std::sync::Mutex<Vec<(String, String, String)>>,
+) {
+    let _ = stream.set_nonblocking(false);
+    let _ = stream.set_read_timeout(Some(Duration::from_secs(5)));
+    let mut data = Vec::new();
+    let mut buf = [0u8; 4096];
+    let (head, mut rest) = loop {
+        let Ok(n) = stream.read(&mut buf) else { return };
+        if n == 0 {
+            return;
+        }
+        data.extend_from_slice(&buf[..n]);
+        if let Some(pos) = data.windows(4).position(|w| w == b"\r\n\r\n") {
+            let head = String::from_utf8_lossy(&data[..pos]).into_owned();
+            break (head, data[pos + 4..].to_vec());
+        }
+    };
+    let length = head
+        .lines()
+        .find_map(|l| {
+            let (k, v) = l.split_once(':')?;
+            k.eq_ignore_ascii_case("content-length")
+                .then(|| v.trim().parse::<usize>().ok())
+                .flatten()
+        })
+        .unwrap_or(0);
+    while rest.len() < length {
+        let Ok(n) = stream.read(&mut buf) else { break };
+        if n == 0 {
+            break;
+        }
+        rest.extend_from_slice(&buf[..n]);
+    }
+    let mut words = head.split_whitespace();
+    let method = words.next().unwrap_or("").to_string();
+    let path = words.next().unwrap_or("").to_string();
+    requests
+        .lock()
+        .unwrap()
+        .push((method, path, String::from_utf8_lossy(&rest).into_owned()));
+    let reply = body.lock().unwrap().clone();
+    let _ = write!(
+        stream,
+        "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{}",
+        reply.len(),
+        reply
+    );
+}
