@@ -2,7 +2,9 @@
 
 use kepler_core::Unavailable;
 use kepler_meters::{ModelMeter, OutputType};
-use kepler_models::builtin::{select_builtin, BuiltinFamily, MachineSpec};
+use kepler_models::builtin::{
+    select_builtin, select_builtin_for_guest, BuiltinFamily, MachineSpec,
+};
 use tracing::info;
 
 use crate::config::Config;
@@ -29,8 +31,14 @@ pub fn open(
         .family
         .parse()
         .map_err(|e| Unavailable::new(format!("estimator.family: {e}")))?;
-    let selection = select_builtin(&spec, family)
-        .map_err(|e| Unavailable::new(format!("built-in model: {e}")))?;
+    // A guest's busy vCPUs add power to a host it cannot see: it gets a host model for its CPU
+    // and only the dynamic part of it is meaningful.
+    let selection = if crate::estimator::is_virtual_machine(&config.host.procfs) {
+        select_builtin_for_guest(&spec, family)
+    } else {
+        select_builtin(&spec, family)
+    }
+    .map_err(|e| Unavailable::new(format!("built-in model: {e}")))?;
     info!(
         model = %selection.model_name,
         matched = %selection.matched,

@@ -8,8 +8,8 @@ use std::path::PathBuf;
 
 use common::{assert_rel, predict};
 use kepler_models::builtin::{
-    builtin_fallback, embedded_index, select_builtin, BuiltinFamily, BuiltinSelection, MachineSpec,
-    MatchQuality,
+    builtin_fallback, embedded_index, select_builtin, select_builtin_for_guest,
+    select_for_guest_in, BuiltinFamily, BuiltinSelection, MachineSpec, MatchQuality,
 };
 use kepler_models::load_model;
 
@@ -287,10 +287,256 @@ fn every_committed_model_is_a_loadable_model_db_file() {
     }
 }
 
+fn guest(s: &MachineSpec, family: BuiltinFamily) -> BuiltinSelection {
+    match select_builtin_for_guest(s, family) {
+        Ok(sel) => sel,
+        Err(e) => panic!("selecting for guest {s:?}: {e}"),
+    }
+}
+
+/// What a VM's agent reports (DynPower): watts at `cpu_ms` minus watts at 0.
+fn dynamic(sel: &BuiltinSelection, cpu_ms: f64) -> std::collections::HashMap<String, f64> {
+    let idle = at(sel, 0.0);
+    at(sel, cpu_ms)
+        .into_iter()
+        .map(|(c, w)| {
+            let i = idle[&c];
+            (c, w - i)
+        })
+        .collect()
+}
+
+#[test]
+fn unknown_cpu_guest_adds_what_a_large_host_adds_per_busy_vcpu() {
+    // Whole large AWS platforms, aws-instances.csv PkgWatt at idle, 10 %, 50 %, 100 %
+    // (metal or full-platform instances, so the platform's own watts):
+    // (instance, platform vCPUs, idle, 10 %, 50 %, 100 %).
+    let hosts = [
+        (
+            "m5.metal, Xeon Platinum 8175M",
+            96.0,
+            57.88,
+            146.63,
+            343.70,
+            477.98,
+        ),
+        (
+            "c5.metal, Xeon Platinum 8275CL",
+            96.0,
+            57.93,
+            175.53,
+            448.31,
+            626.76,
+        ),
+        (
+            "m5n.metal, Xeon Platinum 8259CL",
+            96.0,
+            54.71,
+            137.92,
+            306.93,
+            445.38,
+        ),
+        (
+            "m5a.24xlarge, EPYC 7571",
+            96.0,
+            46.45,
+            127.30,
+            300.91,
+            407.42,
+        ),
+        (
+            "i3.metal, Xeon E5-2686 v4",
+            72.0,
+            34.98,
+            99.86,
+            205.39,
+            281.13,
+        ),
+        (
+            "z1d.metal, Xeon Platinum 8151",
+            48.0,
+            48.00,
+            148.00,
+            361.00,
+            441.00,
+        ),
+        ("m6g.metal, Graviton2", 64.0, 17.42, 47.74, 112.84, 152.78),
+    ];
+    // W per busy vCPU. Least: the 50→100 % chord, what one more busy vCPU adds to a host
+    // already half busy. Most: the idle→10 % chord, what the first busy vCPUs of an idle
+    // host add (the curves are concave, so this is the steepest measured part).
+    let flattest = hosts
+        .iter()
+        .map(|(_, n, _, _, p50, p100)| (p100 - p50) / (0.5 * n))
+        .fold(f64::INFINITY, f64::min);
+    let steepest = hosts
+        .iter()
+        .map(|(_, n, idle, p10, _, _)| (p10 - idle) / (0.1 * n))
+        .fold(0.0, f64::max);
+    // m6g.metal (152.78 − 112.84) / 32 = 1.248 W; z1d.metal (148 − 48) / 4.8 = 20.83 W.
+    assert!((flattest - 39.94 / 32.0).abs() < 1e-9, "{flattest}");
+    assert!((steepest - 100.0 / 4.8).abs() < 1e-9, "{steepest}");
+
+    // A 2-vCPU VM whose CPU has no model number ("AMD EPYC"), 4 GB.
+    let vm = spec("AMD EPYC", 2, 1, 3.8);
+    let sel = guest(&vm, BuiltinFamily::Rapl);
+    assert_eq!(sel.matched, MatchQuality::Fallback, "{}", sel.reason);
+    assert_eq!(sel.guest_host_cpus, Some(72), "{}", sel.reason);
+    assert!(sel.reason.starts_with("guest"), "{}", sel.reason);
+    assert!(sel.reason.contains("72 logical CPUs"), "{}", sel.reason);
+    for x in [1000.0, 2000.0] {
+        let per_vcpu = dynamic(&sel, x)["package"] / (x / 1000.0);
+        assert!(
+            (flattest..=steepest).contains(&per_vcpu),
+            "{per_vcpu} W per busy vCPU at {x} ms/s, outside {flattest}..{steepest}: {}",
+            sel.reason
+        );
+    }
+    // The bare-metal rule on the same spec treats the VM as a whole 2-CPU machine, whose
+    // fixed part (the affine fit's intercept) becomes "dynamic": far outside the range.
+    let bare = select(&vm, BuiltinFamily::Rapl);
+    assert!(dynamic(&bare, 2000.0)["package"] / 2.0 > steepest);
+}
+
+#[test]
+fn unknown_cpu_guest_is_the_fallback_of_a_typical_host() {
+    // Typical host: the lower median of the node types' logical CPUs. AWS, 47 types by
+    // size (count): 12 (1), 16 (1), 32 (7), 40 (3), 48 (7), 64 (4), 72 (8), 96 (12),
+    // 128 (3), 448 (1); the 24th is 72. SPECpower, 231 types: 138 have ≤ 32 threads and
+    // 109 < 32, so the 116th is 32.
+    let index = embedded_index().unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(index.rapl.typical_host_cpus(), Some(72));
+    assert_eq!(index.platform.typical_host_cpus(), Some(32));
+    // A 2-vCPU guest with 2 GB per vCPU runs on a 72-CPU host with 144 GB.
+    let vm = spec("Intel Xeon Processor (Cascadelake)", 2, 1, 4.0);
+    let host = spec("Intel Xeon Processor (Cascadelake)", 72, 0, 144.0);
+    for (family, cpus) in [(BuiltinFamily::Rapl, 72), (BuiltinFamily::Platform, 32)] {
+        let g = guest(&vm, family);
+        assert_eq!(g.matched, MatchQuality::Fallback, "{}", g.reason);
+        assert_eq!(g.guest_host_cpus, Some(cpus));
+        let mut h = host.clone();
+        h.logical_cores = cpus;
+        h.memory_gb = 2.0 * f64::from(cpus);
+        let f = builtin_fallback(&h, family).unwrap_or_else(|e| panic!("{e}"));
+        for x in [0.0, 500.0, 1000.0, 2000.0] {
+            let (want, got) = (at(&f, x), at(&g, x));
+            for (c, w) in &want {
+                assert_rel(got[c], *w, &format!("{family} {c} at {x}"));
+            }
+        }
+    }
+    // SPECpower is linear, so each busy vCPU adds (max − idle) / 32 of the fallback's
+    // 32-thread ends (docs/builtin-models.md): idle 68.5912 + 0.142279·32, full load
+    // 154.211 + 2.72779·32.
+    let per_vcpu = ((154.211 + 2.72779 * 32.0) - (68.5912 + 0.142279 * 32.0)) / 32.0;
+    let g = guest(&vm, BuiltinFamily::Platform);
+    assert!((dynamic(&g, 2000.0)["platform"] - 2.0 * per_vcpu).abs() < 1e-6);
+    // A guest larger than the typical host is its own host.
+    let big = spec("AMD EPYC", 128, 1, 0.0);
+    let g = guest(&big, BuiltinFamily::Rapl);
+    assert_eq!(g.guest_host_cpus, Some(128));
+    let f = builtin_fallback(&big, BuiltinFamily::Rapl).unwrap_or_else(|e| panic!("{e}"));
+    assert_same_watts(&g, &f, 128_000.0);
+}
+
+/// Same predictions at idle, a few busy CPUs and `full` (the machine_spec metadata of the
+/// model JSON may differ: a guest's sockets are not its host's).
+#[track_caller]
+fn assert_same_watts(a: &BuiltinSelection, b: &BuiltinSelection, full: f64) {
+    for x in [0.0, 1000.0, 2000.0, full] {
+        let (want, got) = (at(b, x), at(a, x));
+        assert_eq!(want.len(), got.len());
+        for (c, w) in &want {
+            assert_rel(got[c], *w, &format!("{c} at {x}"));
+        }
+    }
+}
+
+#[test]
+fn guest_of_a_known_cpu_gets_its_full_hosts_dynamic_power() {
+    // m5n.xlarge: 4 vCPU of 96, Xeon Platinum 8259CL, 16 GB of a 384 GB platform. The host
+    // is the platform itself (node type 42, from m5n.metal and 43 more), unscaled.
+    let vm = spec("Intel(R) Xeon(R) Platinum 8259CL CPU @ 2.50GHz", 4, 1, 15.4);
+    let g = guest(&vm, BuiltinFamily::Rapl);
+    let host = select(
+        &spec("Intel Xeon Platinum 8259CL", 96, 0, 384.0),
+        BuiltinFamily::Rapl,
+    );
+    assert_eq!(g.matched, MatchQuality::Exact, "{}", g.reason);
+    assert_eq!(g.guest_host_cpus, Some(96));
+    assert_eq!(g.model_name, "builtin/aws/LogarithmicRegressionTrainer_42");
+    assert!(g.reason.starts_with("guest"), "{}", g.reason);
+    assert!(g.reason.contains("node type 42"), "{}", g.reason);
+    assert_eq!(g.model_json, host.model_json);
+    for x in [250.0, 1000.0, 2000.0, 4000.0] {
+        let (want, got) = (dynamic(&host, x), dynamic(&g, x));
+        for c in ["package", "dram"] {
+            assert_rel(got[c], want[c], &format!("{c} at {x}"));
+        }
+    }
+    // The host's idle (m5n.metal PkgWatt "54,71") is what predict(0) gives; only the
+    // difference is the guest's.
+    assert_rel(at(&g, 0.0)["package"], 54.71, "host idle");
+    // The bare-metal rule instead gives the guest its vCPU share of a host running at the
+    // guest's utilisation, which is how the CSV attributes watts to instances (m5n.xlarge
+    // PkgWatt "2,28" idle, "18,56" at 100 %): at full guest load 16.28 W against the
+    // host's 33.7 W for 4 busy CPUs of an otherwise idle host.
+    let share = select(&vm, BuiltinFamily::Rapl);
+    assert!((dynamic(&share, 4000.0)["package"] - (18.56 - 2.28)).abs() < 0.02);
+    assert!(dynamic(&g, 4000.0)["package"] > 2.0 * (18.56 - 2.28));
+
+    // r5n.large: 2 vCPU and 16 GB of a 768 GB platform: 8 GB per vCPU picks the 768 GB
+    // variant (node type 43; r5n.metal RAMWatt "119,43" idle, "509,90" at 100 %).
+    let r = guest(
+        &spec("Intel Xeon Platinum 8259CL", 2, 1, 16.0),
+        BuiltinFamily::Rapl,
+    );
+    assert_eq!(r.model_name, "builtin/aws/LogarithmicRegressionTrainer_43");
+    assert_rel(at(&r, 0.0)["dram"], 119.43, "r5n host dram idle");
+    assert_rel(at(&r, 96_000.0)["dram"], 509.90, "r5n host dram 100 %");
+}
+
+#[test]
+fn guest_larger_than_any_host_of_its_cpu_is_its_own_host() {
+    // No 8259CL platform has more than 96 vCPUs: a 128-vCPU guest gets node type 42 scaled
+    // up to 128, which is what the bare-metal rule gives a 128-CPU machine.
+    let vm = spec("Intel Xeon Platinum 8259CL", 128, 1, 500.0);
+    let g = guest(&vm, BuiltinFamily::Rapl);
+    assert_eq!(g.matched, MatchQuality::SameCpuScaled, "{}", g.reason);
+    assert_eq!(g.guest_host_cpus, Some(128));
+    assert_same_watts(&g, &select(&vm, BuiltinFamily::Rapl), 128_000.0);
+}
+
+#[test]
+fn guest_selection_without_node_types_uses_the_guest_size() {
+    let mut index = embedded_index().unwrap_or_else(|e| panic!("{e}")).clone();
+    index.rapl.types.clear();
+    assert_eq!(index.rapl.typical_host_cpus(), None);
+    let vm = spec("AMD EPYC", 2, 1, 4.0);
+    let g = select_for_guest_in(&index, &vm, BuiltinFamily::Rapl).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(g.guest_host_cpus, Some(2));
+    assert_eq!(g.matched, MatchQuality::Fallback);
+}
+
+#[test]
+fn guest_with_absurd_memory_still_gets_a_model() {
+    // 1e308 GB per vCPU grown to a 72-CPU host would overflow to infinity.
+    for family in [BuiltinFamily::Rapl, BuiltinFamily::Platform] {
+        let g = guest(&spec("AMD EPYC", 1, 1, 1e308), family);
+        assert!(dynamic(&g, 1000.0).values().all(|w| w.is_finite()));
+    }
+}
+
+#[test]
+fn bare_metal_selection_is_not_a_guests() {
+    let s = spec("AMD EPYC 7R32 48-Core Processor", 96, 1, 190.0);
+    assert_eq!(select(&s, BuiltinFamily::Rapl).guest_host_cpus, None);
+}
+
 mod never_panics {
     use kepler_models::builtin::{
-        normalize_processor, parse_cpuinfo, parse_meminfo_gib, select_builtin, BuiltinFamily,
-        MachineSpec,
+        normalize_processor, parse_cpuinfo, parse_meminfo_gib, select_builtin,
+        select_builtin_for_guest, BuiltinFamily, MachineSpec,
     };
     use proptest::prelude::*;
 
@@ -308,6 +554,7 @@ mod never_panics {
             if let Ok(spec) = MachineSpec::from_proc(&joined, "MemTotal: 1024 kB") {
                 for family in [BuiltinFamily::Rapl, BuiltinFamily::Platform] {
                     prop_assert!(select_builtin(&spec, family).is_ok());
+                    prop_assert!(select_builtin_for_guest(&spec, family).is_ok());
                 }
             }
         }
@@ -319,6 +566,7 @@ mod never_panics {
             if let Ok(spec) = MachineSpec::from_spec_value(&v) {
                 for family in [BuiltinFamily::Rapl, BuiltinFamily::Platform] {
                     prop_assert!(select_builtin(&spec, family).is_ok());
+                    prop_assert!(select_builtin_for_guest(&spec, family).is_ok());
                 }
             }
         }

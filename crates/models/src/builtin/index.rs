@@ -143,6 +143,18 @@ pub struct FamilyIndex {
     pub fallback: Fallback,
 }
 
+impl FamilyIndex {
+    /// The size of a typical host in this family's data: the median logical CPU count over
+    /// its node types (the lower median, so it is a size the data has). It is the host a
+    /// guest of an unknown CPU is assumed to run on. `None` when the family has no node types.
+    pub fn typical_host_cpus(&self) -> Option<u32> {
+        let mut cores: Vec<u32> = self.types.iter().map(|t| t.cores).collect();
+        cores.sort_unstable();
+        let lower_median = cores.len().checked_sub(1)? / 2;
+        cores.get(lower_median).copied()
+    }
+}
+
 /// The whole index.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]

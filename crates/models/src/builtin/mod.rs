@@ -35,6 +35,34 @@
 //!    taken as the median GB per logical CPU of the data.
 //!
 //! The [`BuiltinSelection::reason`] says which rule applied, to what, and the factors used.
+//!
+//! # Guests (virtual machines)
+//!
+//! [`select_builtin`] describes the machine the spec names; for a VM that is the wrong
+//! machine. `bpf_cpu_time_ms` is absolute (1000 = one busy CPU), so a guest's busy vCPUs are
+//! busy CPUs of its host, and the guest's dynamic power is the **host's** dynamic power at the
+//! guest's busy time: `predict_host(x) − predict_host(0)`. [`select_builtin_for_guest`]
+//! returns that host's model (feature scale `1000 ×` host CPUs, in
+//! [`BuiltinSelection::guest_host_cpus`]); its `predict(0)` is the host's idle, not the
+//! guest's, so only the dynamic part is meaningful (the agent reports DynPower in a VM). The
+//! host is:
+//!
+//! 1. **Same CPU**: the guest's CPU key has node types: the one with at least the guest's
+//!    logical CPUs, nearest in size to the typical host below (log ratio), the memory variant
+//!    nearest the guest's GB per vCPU grown to that size (an instance family's GB per vCPU is
+//!    its platform's), ties to the lowest id; unscaled ([`MatchQuality::Exact`]). A guest
+//!    larger than every node type of its CPU gets the largest, scaled to the guest's own size
+//!    as rule 3 does ([`MatchQuality::SameCpuScaled`]).
+//! 2. **Fallback**: otherwise the fallback at the family's typical host size,
+//!    [`FamilyIndex::typical_host_cpus`] (the lower median of its node types' logical CPUs:
+//!    72 for `rapl`, 32 for `platform`), or the guest's own when larger, with memory the
+//!    guest's GB per vCPU times the host's CPUs (unknown stays unknown).
+//!
+//! Rule 3's scaling of a VM-sized spec ([`select_builtin`]) is not this rule: it gives the
+//! guest its vCPU share of a host running at the guest's utilisation, which is how the AWS
+//! data attributes watts to instances. For a linear curve (`platform`) the two agree; for the
+//! concave `rapl` curves the share is lower (m5n.xlarge, 4 busy vCPUs: 16.3 W against the
+//! host's 33.7 W for 4 busy CPUs of an otherwise idle host).
 
 mod index;
 mod procfs;
@@ -47,7 +75,8 @@ pub use index::{
 };
 pub use procfs::{parse_cpuinfo, parse_meminfo_gib, CpuInfo};
 pub use select::{
-    builtin_fallback, select_builtin, select_in, BuiltinFamily, BuiltinSelection, MatchQuality,
+    builtin_fallback, select_builtin, select_builtin_for_guest, select_for_guest_in, select_in,
+    BuiltinFamily, BuiltinSelection, MatchQuality,
 };
 pub use spec::{normalize_processor, MachineSpec};
 

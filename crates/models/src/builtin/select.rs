@@ -90,6 +90,9 @@ pub struct BuiltinSelection {
     /// The model-DB weight JSON the predictor was loaded from (for an unscaled exact match,
     /// byte for byte the committed file).
     pub model_json: String,
+    /// For a guest ([`select_builtin_for_guest`]): the logical CPUs of the host the model
+    /// describes (its feature scale is `1000 ×` this). `None` for bare metal.
+    pub guest_host_cpus: Option<u32>,
 }
 
 /// Chooses the built-in model of `family` for `spec` from the embedded index.
@@ -164,6 +167,188 @@ pub fn select_in(
             );
             fallback(fam, spec, why)
         }
+    }
+}
+
+/// Chooses the built-in model of `family` for a **guest** (virtual machine) with spec `spec`,
+/// from the embedded index; [`select_builtin`] is for bare metal.
+///
+/// The feature is absolute (1000 busy ms/s = one busy CPU), so a guest's busy vCPUs are
+/// busy CPUs of its host, and the guest's dynamic power is the host's:
+/// `predict(x) − predict(0)` of the host's model at the guest's busy time `x`. The model
+/// returned is that host's, unscaled (feature scale `1000 ×` host CPUs); its `predict(0)`
+/// is the host's idle, which is not the guest's, so only the dynamic part is meaningful
+/// (the agent reports DynPower inside a VM). The host is (rules in the [`super`] docs):
+///
+/// - the guest's CPU is in the data: the node type of that CPU at least as large as the
+///   guest, nearest to the family's typical host size ([`FamilyIndex::typical_host_cpus`]),
+///   the memory variant by the guest's GB per vCPU; unscaled, [`MatchQuality::Exact`]. A
+///   guest larger than every node type of its CPU gets the largest scaled up to its size
+///   ([`MatchQuality::SameCpuScaled`]).
+/// - otherwise: the fallback at the typical host size (or the guest's, when larger), with
+///   the guest's GB per vCPU ([`MatchQuality::Fallback`]).
+pub fn select_builtin_for_guest(
+    spec: &MachineSpec,
+    family: BuiltinFamily,
+) -> Result<BuiltinSelection, BuiltinError> {
+    select_for_guest_in(embedded_index()?, spec, family)
+}
+
+/// [`select_builtin_for_guest`] over a given index.
+pub fn select_for_guest_in(
+    index: &BuiltinIndex,
+    spec: &MachineSpec,
+    family: BuiltinFamily,
+) -> Result<BuiltinSelection, BuiltinError> {
+    spec.validate()?;
+    let fam = family.of(index);
+    let vcpus = spec.logical_cores;
+    // A family without node types (only a hand-edited index) has no typical size: the
+    // guest's own is the only one left.
+    let typical = fam.typical_host_cpus().unwrap_or(vcpus);
+    let typical_note = format!(
+        "the median of the {} {} node types",
+        fam.types.len(),
+        fam.pipeline
+    );
+    let key = cpu_key(&spec.processor);
+    let same_cpu: Vec<&NodeType> = fam
+        .types
+        .iter()
+        .filter(|t| key.is_some() && cpu_key(&t.processor) == key)
+        .collect();
+    let large_enough = same_cpu.iter().copied().filter(|t| t.cores >= vcpus);
+    let host_of = |t: &NodeType| closeness(&host_equivalent(spec, t.cores), t);
+    let nearest_typical = large_enough.min_by(|a, b| {
+        core_distance(typical, a)
+            .total_cmp(&core_distance(typical, b))
+            .then(host_of(a).total_cmp(&host_of(b)))
+            .then(a.id.cmp(&b.id))
+    });
+    let largest = same_cpu.iter().copied().min_by(|a, b| {
+        b.cores
+            .cmp(&a.cores)
+            .then(host_of(a).total_cmp(&host_of(b)))
+            .then(a.id.cmp(&b.id))
+    });
+    let (mut selection, host, host_cpus) = match (nearest_typical, largest) {
+        (Some(t), _) => {
+            // The node type itself is the host: its own spec, so nothing is scaled and the
+            // model is the committed file.
+            let host = MachineSpec {
+                processor: t.processor.clone(),
+                logical_cores: t.cores,
+                chips: t.chips.unwrap_or(0),
+                memory_gb: t.memory_gb,
+                frequency_mhz: t.frequency_mhz,
+            };
+            let sizes: std::collections::BTreeSet<u32> = same_cpu
+                .iter()
+                .filter(|o| o.cores >= vcpus)
+                .map(|o| o.cores)
+                .collect();
+            let size = if sizes.len() > 1 {
+                format!("the size nearest {typical}, {typical_note}")
+            } else {
+                "the only size at least the guest's".to_string()
+            };
+            let why = format!(
+                "{} node type {} of the guest's CPU ({} logical CPUs, {size}{})",
+                fam.pipeline,
+                t.id,
+                t.cores,
+                memory_choice(spec, &same_cpu, t)
+            );
+            let chosen = from_type(fam, t, &host, MatchQuality::Exact)?;
+            (chosen, why, t.cores)
+        }
+        (None, Some(t)) => {
+            let host = host_equivalent(spec, vcpus);
+            let why = format!(
+                "one of the guest's CPU and own size, {vcpus} logical CPUs (the largest {} \
+                 node type of that CPU has {})",
+                fam.pipeline, t.cores
+            );
+            let chosen = from_type(fam, t, &host, MatchQuality::SameCpuScaled)?;
+            (chosen, why, vcpus)
+        }
+        (None, None) => {
+            let cpus = typical.max(vcpus);
+            let host = host_equivalent(spec, cpus);
+            let size = if cpus == typical {
+                format!("{cpus} logical CPUs ({typical_note})")
+            } else {
+                format!("{cpus} logical CPUs (the guest's own: more than the typical {typical})")
+            };
+            let memory = if host.memory_gb > 0.0 {
+                format!(
+                    ", {:.0} GB (the guest's {:.2} GB per vCPU)",
+                    host.memory_gb,
+                    spec.memory_gb / f64::from(vcpus)
+                )
+            } else {
+                String::new()
+            };
+            let why = match &key {
+                None => format!(
+                    "processor {:?} names no CPU model (no model number)",
+                    spec.processor
+                ),
+                Some(k) => format!(
+                    "no {} node type has CPU {:?} (match key {k:?})",
+                    fam.pipeline, spec.processor
+                ),
+            };
+            let host_note = format!("a generic one of {size}{memory}");
+            (fallback(fam, &host, why)?, host_note, cpus)
+        }
+    };
+    selection.reason = format!(
+        "guest (virtual machine) with {vcpus} vCPUs: its busy CPU time is evaluated on an \
+         assumed host, dynamic part only (the host's idle is not the guest's); host: {host}. \
+         Host model: {}",
+        selection.reason
+    );
+    selection.guest_host_cpus = Some(host_cpus);
+    Ok(selection)
+}
+
+/// The guest's spec grown to a host of `cores` logical CPUs with the guest's memory per vCPU
+/// (an instance family's GB per vCPU is its platform's: 2 for c5, 4 for m5, 8 for r5 in the
+/// AWS data); memory stays unknown (0) when the guest's is. Sockets are unknown: a guest's
+/// say nothing about its host's.
+fn host_equivalent(spec: &MachineSpec, cores: u32) -> MachineSpec {
+    let memory = spec.memory_gb / f64::from(spec.logical_cores) * f64::from(cores);
+    MachineSpec {
+        processor: spec.processor.clone(),
+        logical_cores: cores,
+        chips: 0,
+        // Growing an absurd memory figure (a spec file's 1e308 GB) can overflow; such a
+        // figure says nothing, so it is taken as unknown rather than made infinite.
+        memory_gb: if memory.is_finite() { memory } else { 0.0 },
+        frequency_mhz: spec.frequency_mhz,
+    }
+}
+
+/// Why this memory variant, when the CPU and size have several.
+fn memory_choice(spec: &MachineSpec, same_cpu: &[&NodeType], t: &NodeType) -> String {
+    let variants = same_cpu
+        .iter()
+        .filter(|o| o.cores == t.cores && o.chips == t.chips)
+        .count();
+    if variants < 2 {
+        String::new()
+    } else if spec.memory_gb > 0.0 {
+        format!(
+            "; {} GB of {variants} memory variants, nearest the guest's {:.2} GB per vCPU",
+            t.memory_gb,
+            spec.memory_gb / f64::from(spec.logical_cores)
+        )
+    } else {
+        format!(
+            "; {} GB of {variants} memory variants (guest memory unknown)",
+            t.memory_gb
+        )
     }
 }
 
@@ -362,5 +547,6 @@ fn build(
         matched,
         reason,
         model_json,
+        guest_host_cpus: None,
     })
 }
