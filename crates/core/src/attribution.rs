@@ -9,9 +9,9 @@ use std::time::Duration;
 use crate::energy::ZoneEnergy;
 use crate::snapshot::{
     ContainerPower, IdlePolicyState, NodeZone, PodPower, PowerSnapshot, ProcessPower, VmPower,
-    WorkloadState, ZoneValue,
+    WorkloadState, ZoneValue, ZoneValues,
 };
-use crate::split::split_proportionally;
+use crate::split::Splitter;
 use crate::units::{MicroJoules, Watts};
 use crate::usage::{NodeCpuTimes, ProcessInfo, ProcessKey, UsageSnapshot};
 use crate::workload::{ContainerRef, PodRef, VmRef};
@@ -76,7 +76,7 @@ pub struct Tick<'a> {
 
 struct Workload<R> {
     reference: R,
-    zones: Vec<ZoneValue>,
+    zones: ZoneValues,
     cpu_time: Duration,
     seen_tick: u64,
     /// Uptime at which it was first found ended.
@@ -87,7 +87,7 @@ impl<R> Workload<R> {
     fn new(reference: R) -> Self {
         Workload {
             reference,
-            zones: Vec::new(),
+            zones: ZoneValues::new(),
             cpu_time: Duration::ZERO,
             seen_tick: 0,
             ended_at: None,
@@ -162,6 +162,8 @@ pub struct Attributor {
     keys: Vec<ProcessKey>,
     /// Per zone of this tick: (zone index, each process's share).
     tick_energy: Vec<(usize, Vec<u64>)>,
+    group_sums: GroupSums,
+    splitter: Splitter,
 }
 
 impl Attributor {
@@ -179,6 +181,8 @@ impl Attributor {
             weights: Vec::new(),
             keys: Vec::new(),
             tick_energy: Vec::new(),
+            group_sums: GroupSums::default(),
+            splitter: Splitter::default(),
         }
     }
 
@@ -315,7 +319,7 @@ impl Attributor {
                 }
                 let slot = &mut tick_energy[used];
                 slot.0 = z;
-                if !split_proportionally(active.0, &self.weights, &mut slot.1) {
+                if !self.splitter.split(active.0, &self.weights, &mut slot.1) {
                     state.unattributed += active;
                 }
                 used += 1;
@@ -334,6 +338,7 @@ impl Attributor {
 
         // Per-process energy this tick, rolled up to containers, pods and VMs.
         let interval = input.interval;
+        let mut sums = std::mem::take(&mut self.group_sums);
         let mut this_tick = vec![MicroJoules::ZERO; zone_count];
         for (i, key) in self.keys.iter().enumerate() {
             let Some(entry) = self.processes.get_mut(key) else {
@@ -362,19 +367,27 @@ impl Attributor {
             let ended = entry.workload.ended_at.is_some();
             let identity = &entry.info.workload;
             if let Some(container) = &identity.container {
-                let c = group(&mut self.containers, &container.id, container);
-                add_tick(c, &this_tick, interval, tick, cpu_delta, ended);
+                gather(
+                    &mut sums.containers,
+                    container,
+                    &this_tick,
+                    cpu_delta,
+                    ended,
+                );
                 if let Some(pod) = &container.pod {
-                    let p = group(&mut self.pods, &pod.id, pod);
-                    add_tick(p, &this_tick, interval, tick, cpu_delta, ended);
+                    gather(&mut sums.pods, pod, &this_tick, cpu_delta, ended);
                 }
             }
             if let Some(vm) = &identity.vm {
-                let v = group(&mut self.vms, &vm.id, vm);
-                add_tick(v, &this_tick, interval, tick, cpu_delta, ended);
+                gather(&mut sums.vms, vm, &this_tick, cpu_delta, ended);
             }
         }
         self.tick_energy = tick_energy;
+        let at = (interval, tick);
+        apply(&mut self.containers, &mut sums.containers, |c| &c.id, at);
+        apply(&mut self.pods, &mut sums.pods, |p| &p.id, at);
+        apply(&mut self.vms, &mut sums.vms, |v| &v.id, at);
+        self.group_sums = sums;
 
         self.end_unseen(usage.uptime);
         self.prune(usage.uptime);
@@ -438,7 +451,7 @@ impl Attributor {
 
     fn snapshot(&self, usage_ratio: f64, interval: Duration) -> PowerSnapshot {
         let zone_count = self.zones.len();
-        let padded = |zones: &Vec<ZoneValue>| {
+        let padded = |zones: &ZoneValues| {
             let mut z = zones.clone();
             z.resize(zone_count, ZoneValue::default());
             z
@@ -516,6 +529,60 @@ impl Attributor {
 
 /// Adds one process's share of this tick to a group workload (container, pod, VM). A group is
 /// running while any of its processes is.
+/// This tick's energy of one group, gathered under the address of the shared reference its
+/// processes carry: the group's id is then hashed once per tick, not once per member.
+struct GroupSum<R> {
+    reference: Arc<R>,
+    energy: smallvec::SmallVec<[MicroJoules; 4]>,
+    cpu: Duration,
+    all_ended: bool,
+}
+
+type SumsByRef<R> = FastMap<usize, GroupSum<R>>;
+
+#[derive(Default)]
+struct GroupSums {
+    containers: SumsByRef<ContainerRef>,
+    pods: SumsByRef<PodRef>,
+    vms: SumsByRef<VmRef>,
+}
+
+fn gather<R>(
+    sums: &mut SumsByRef<R>,
+    reference: &Arc<R>,
+    energy: &[MicroJoules],
+    cpu: Duration,
+    ended: bool,
+) {
+    let sum = sums
+        .entry(Arc::as_ptr(reference) as usize)
+        .or_insert_with(|| GroupSum {
+            reference: reference.clone(),
+            energy: smallvec::smallvec![MicroJoules::ZERO; energy.len()],
+            cpu: Duration::ZERO,
+            all_ended: true,
+        });
+    for (total, part) in sum.energy.iter_mut().zip(energy) {
+        *total += *part;
+    }
+    sum.cpu += cpu;
+    sum.all_ended &= ended;
+}
+
+/// Adds this tick's gathered sums to the groups' accumulators, keyed by id. Two references
+/// with the same id (a classifier that re-created one) land in the same group.
+fn apply<R>(
+    groups: &mut FastMap<String, Workload<Arc<R>>>,
+    sums: &mut SumsByRef<R>,
+    id: impl Fn(&R) -> &String,
+    (interval, tick): (Duration, u64),
+) {
+    for (_, sum) in sums.drain() {
+        let w = group(groups, id(&sum.reference), &sum.reference);
+        add_tick(w, &sum.energy, interval, tick, sum.cpu, sum.all_ended);
+    }
+}
+
 fn add_tick<R>(
     w: &mut Workload<R>,
     energy: &[MicroJoules],

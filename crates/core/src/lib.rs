@@ -16,7 +16,7 @@ pub use attribution::{AttributionConfig, Attributor, IdlePolicy, TerminatedPolic
 pub use energy::{zone_energies, DeltaIssue, EnergySnapshot, ZoneEnergy, ZoneReading, ZoneSample};
 pub use snapshot::{
     ContainerPower, IdlePolicyState, NodeZone, PodPower, PowerSnapshot, ProcessPower, VmPower,
-    WorkloadState, ZoneValue,
+    WorkloadState, ZoneValue, ZoneValues,
 };
 pub use source::{PowerMeter, Provenance, ReadError, Unavailable, UsageSource};
 pub use units::{MicroJoules, Watts};

@@ -7,6 +7,10 @@ use crate::units::{MicroJoules, Watts};
 use crate::usage::{ProcessInfo, ProcessKey};
 use crate::workload::{ContainerRef, PodRef, VmRef};
 
+/// One value per node zone. Inline up to four zones (package, core, uncore, dram), so a
+/// snapshot of thousands of processes does not allocate once per process.
+pub type ZoneValues = smallvec::SmallVec<[ZoneValue; 4]>;
+
 /// Energy counter and current power of one workload (or the node) in one zone.
 #[derive(Copy, Clone, Debug, Default, PartialEq)]
 pub struct ZoneValue {
@@ -72,7 +76,7 @@ pub struct ProcessPower {
     /// Cumulative CPU time as reported by the source.
     pub cpu_time: Duration,
     /// One value per entry of `PowerSnapshot::zones`.
-    pub zones: Vec<ZoneValue>,
+    pub zones: ZoneValues,
 }
 
 #[derive(Clone, Debug, PartialEq)]
@@ -81,21 +85,21 @@ pub struct ContainerPower {
     pub state: WorkloadState,
     /// CPU time of its processes observed since the agent started.
     pub cpu_time: Duration,
-    pub zones: Vec<ZoneValue>,
+    pub zones: ZoneValues,
 }
 
 #[derive(Clone, Debug, PartialEq)]
 pub struct PodPower {
     pub pod: Arc<PodRef>,
     pub state: WorkloadState,
-    pub zones: Vec<ZoneValue>,
+    pub zones: ZoneValues,
 }
 
 #[derive(Clone, Debug, PartialEq)]
 pub struct VmPower {
     pub vm: Arc<VmRef>,
     pub state: WorkloadState,
-    pub zones: Vec<ZoneValue>,
+    pub zones: ZoneValues,
 }
 
 /// Everything known after one tick. Shared read-only with exporters.

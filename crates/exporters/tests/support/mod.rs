@@ -122,7 +122,7 @@ pub fn snapshot() -> PowerSnapshot {
                     vm: None,
                 },
                 WorkloadState::Running,
-                vec![zv(1_500_000, 0.3), zv(250_000, 0.05)],
+                vec![zv(1_500_000, 0.3), zv(250_000, 0.05)].into(),
             ),
             process(
                 7,
@@ -130,7 +130,7 @@ pub fn snapshot() -> PowerSnapshot {
                 "/opt/new\nline",
                 WorkloadIdentity::default(),
                 WorkloadState::Terminated,
-                vec![zv(2_000_000, 0.0), zv(0, 0.0)],
+                vec![zv(2_000_000, 0.0), zv(0, 0.0)].into(),
             ),
             process(
                 99,
@@ -142,24 +142,24 @@ pub fn snapshot() -> PowerSnapshot {
                     vm: Some(vm.clone()),
                 },
                 WorkloadState::Running,
-                vec![zv(9_000_000, 1.8), zv(500_000, 0.1)],
+                vec![zv(9_000_000, 1.8), zv(500_000, 0.1)].into(),
             ),
         ],
         containers: vec![ContainerPower {
             container,
             state: WorkloadState::Running,
             cpu_time: Duration::from_millis(1250),
-            zones: vec![zv(1_500_000, 0.3), zv(250_000, 0.05)],
+            zones: vec![zv(1_500_000, 0.3), zv(250_000, 0.05)].into(),
         }],
         pods: vec![PodPower {
             pod,
             state: WorkloadState::Running,
-            zones: vec![zv(1_500_000, 0.3), zv(250_000, 0.05)],
+            zones: vec![zv(1_500_000, 0.3), zv(250_000, 0.05)].into(),
         }],
         vms: vec![VmPower {
             vm,
             state: WorkloadState::Running,
-            zones: vec![zv(9_000_000, 1.8), zv(500_000, 0.1)],
+            zones: vec![zv(9_000_000, 1.8), zv(500_000, 0.1)].into(),
         }],
         features: None,
     }
@@ -183,7 +183,7 @@ pub fn synthetic(processes: usize, zones: usize) -> PowerSnapshot {
     let mut pods = Vec::new();
     let mut procs = Vec::with_capacity(processes);
     for i in 0..processes {
-        let values: Vec<ZoneValue> = (0..zones)
+        let values: kepler_core::ZoneValues = (0..zones)
             .map(|z| {
                 zv(
                     1_000_003 * (i as u64 + 1) + z as u64 * 7919,
