@@ -70,6 +70,12 @@ pub fn run(config: Config) -> Result<()> {
             low_usage_ratio: config.attribution.low_usage_ratio,
         };
     }
+    // Loading eBPF parses the kernel's BTF (megabytes, freed right after) and models may parse
+    // large files; hand that freed heap back to the system rather than keep it resident.
+    // SAFETY: malloc_trim only releases free memory of glibc's allocator; no pointers change.
+    unsafe {
+        libc::malloc_trim(0);
+    }
     let sampler = Sampler::new(source, meter, Attributor::new(attribution))
         .with_features(config.ebpf.export_features);
 
