@@ -71,15 +71,7 @@ fn estimated_power_rises_with_load_and_is_conserved() {
         "estimate under load {loaded} W vs at rest {quiet} W"
     );
     for zone in ["package", "dram"] {
-        let active = one(&samples, "kepler_node_cpu_active_watts", &[("zone", zone)]);
-        let processes: f64 = select(&samples, "kepler_process_cpu_watts", &[("zone", zone)])
-            .iter()
-            .map(|s| s.value)
-            .sum();
-        assert!(
-            (processes - active).abs() < 1e-3,
-            "{zone}: processes {processes} W vs active {active} W"
-        );
+        assert_process_power_is_active_power(&samples, zone);
     }
 }
 
@@ -116,14 +108,6 @@ fn builtin_model_is_the_automatic_last_resort() {
         "estimate under load {loaded} W vs at rest {quiet} W"
     );
     for zone in ["package", "dram"] {
-        let active = one(&samples, "kepler_node_cpu_active_watts", &[("zone", zone)]);
-        let processes: f64 = select(&samples, "kepler_process_cpu_watts", &[("zone", zone)])
-            .iter()
-            .map(|s| s.value)
-            .sum();
-        assert!(
-            (processes - active).abs() < 1e-3,
-            "{zone}: processes {processes} W vs active {active} W"
-        );
+        assert_process_power_is_active_power(&samples, zone);
     }
 }

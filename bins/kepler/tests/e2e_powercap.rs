@@ -57,14 +57,7 @@ fn agent_measures_attributes_and_survives_wraps() {
             let active = one(&samples, "kepler_node_cpu_active_watts", &[("zone", zone)]);
             let idle = one(&samples, "kepler_node_cpu_idle_watts", &[("zone", zone)]);
             assert!((active + idle - node).abs() < 1e-6 * node.max(1.0));
-            let processes: f64 = select(&samples, "kepler_process_cpu_watts", &[("zone", zone)])
-                .iter()
-                .map(|s| s.value)
-                .sum();
-            assert!(
-                (processes - active).abs() < 1e-3,
-                "{zone}: processes sum to {processes} W, node active is {active} W"
-            );
+            assert_process_power_is_active_power(&samples, zone);
         }
 
         let active = one(

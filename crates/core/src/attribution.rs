@@ -132,18 +132,15 @@ struct NodeZoneState {
 /// bucket, so the fast non-keyed hash of rustc is used instead of SipHash.
 type FastMap<K, V> = HashMap<K, V, BuildHasherDefault<rustc_hash::FxHasher>>;
 
-/// The workload of this id in `map`, created from `reference` if new; the id is only copied
-/// when it is inserted.
+/// The workload of this id in `map`, created from `reference` if new. Called once per group
+/// per tick (members are gathered first), so copying the id for the lookup is cheap.
 fn group<'m, R: Clone>(
     map: &'m mut FastMap<String, Workload<R>>,
     id: &str,
     reference: &R,
 ) -> &'m mut Workload<R> {
-    if !map.contains_key(id) {
-        map.insert(id.to_string(), Workload::new(reference.clone()));
-    }
-    // Inserted just above when absent.
-    map.get_mut(id).expect("present after insert")
+    map.entry(id.to_string())
+        .or_insert_with(|| Workload::new(reference.clone()))
 }
 
 /// Accumulates energy per node zone and per workload across ticks.

@@ -246,6 +246,20 @@ pub fn one(samples: &[Sample], name: &str, labels: &[(&str, &str)]) -> f64 {
     found[0].value
 }
 
+/// Σ process watts of `zone` equals the node's active watts in the same scrape (both come
+/// from one snapshot; the tolerance is float formatting, not attribution slack).
+pub fn assert_process_power_is_active_power(samples: &[Sample], zone: &str) {
+    let active = one(samples, "kepler_node_cpu_active_watts", &[("zone", zone)]);
+    let processes: f64 = select(samples, "kepler_process_cpu_watts", &[("zone", zone)])
+        .iter()
+        .map(|s| s.value)
+        .sum();
+    assert!(
+        (processes - active).abs() < 1e-3,
+        "{zone}: processes sum to {processes} W, node active is {active} W"
+    );
+}
+
 pub fn scrape(port: u16) -> Vec<Sample> {
     let (status, body) = http_get(port, "/metrics").expect("scrape");
     assert_eq!(status, 200);
