@@ -27,5 +27,7 @@ fn main() {
             .to_string();
         println!("cargo:rustc-env=KEPLER_RUSTC_VERSION={version}");
     }
+    // HEAD changes on checkout; logs/HEAD on every commit, which moves the revision.
     println!("cargo:rerun-if-changed=../../.git/HEAD");
+    println!("cargo:rerun-if-changed=../../.git/logs/HEAD");
 }

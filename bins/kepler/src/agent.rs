@@ -76,8 +76,12 @@ pub fn run(config: Config) -> Result<()> {
     unsafe {
         libc::malloc_trim(0);
     }
-    let sampler = Sampler::new(source, meter, Attributor::new(attribution))
-        .with_features(config.ebpf.export_features);
+    let mut attributor = Attributor::new(attribution);
+    if source.counts_from_start() {
+        attributor = attributor.counting_from_source_start();
+    }
+    let sampler =
+        Sampler::new(source, meter, attributor).with_features(config.ebpf.export_features);
 
     let (stop_tx, stop_rx) = mpsc::channel::<()>();
     let loop_state = state.clone();
@@ -110,6 +114,7 @@ pub fn run(config: Config) -> Result<()> {
     });
     // Stop sampling whether serving ended by a signal or an error.
     let _ = stop_tx.send(());
+    // Release builds abort on panic, so a join error only shows up in debug builds.
     if sampling.join().is_err() {
         error!("sampling thread panicked");
     }
@@ -151,19 +156,25 @@ fn sample_loop(
 ) {
     let mut next = Instant::now();
     let mut ticks = 0u64;
-    let mut zones_published = 0usize;
+    // Zone names last described to the exporter; a model reload can change them.
+    let mut zones_published: Vec<std::sync::Arc<str>> = Vec::new();
     loop {
         let started = Instant::now();
         match sampler.tick() {
             Ok(snapshot) => {
                 ticks += 1;
-                if snapshot.zones.len() != zones_published {
-                    zones_published = snapshot.zones.len();
+                if !snapshot
+                    .zones
+                    .iter()
+                    .map(|z| &z.zone)
+                    .eq(zones_published.iter())
+                {
+                    zones_published = snapshot.zones.iter().map(|z| z.zone.clone()).collect();
                     if let Some(meter) = sampler.meter() {
                         state.set_zone_sources(setup::zone_sources(&snapshot, meter));
                     }
                 }
-                let ready = sampler.meter().is_some() && snapshot.tick >= 2;
+                let ready = sampler.had_energy();
                 if stdout {
                     print!("{}", crate::stdout::summary(&snapshot));
                 }

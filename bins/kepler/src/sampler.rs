@@ -16,10 +16,12 @@ pub struct Sampler {
     origin: Instant,
     previous_usage: Option<UsageSnapshot>,
     previous_energy: Option<EnergySnapshot>,
-    /// Reused for every meter read.
+    /// Spare buffer for meter reads, recycled from the snapshot before last.
     readings: Vec<ZoneReading>,
     /// Set while the meter keeps failing, so the failure is logged once, not every tick.
     meter_failing: bool,
+    /// Whether the last tick had energy for at least one zone.
+    had_energy: bool,
     /// Attach the interval's model features to each snapshot (`ebpf.exportFeatures`).
     export_features: bool,
 }
@@ -49,8 +51,14 @@ impl Sampler {
             previous_energy: None,
             readings: Vec::new(),
             meter_failing: false,
+            had_energy: false,
             export_features: false,
         }
+    }
+
+    /// True once a tick has turned meter readings into energy (the agent is then ready).
+    pub fn had_energy(&self) -> bool {
+        self.had_energy
     }
 
     pub fn with_features(mut self, export: bool) -> Self {
@@ -60,10 +68,6 @@ impl Sampler {
 
     pub fn meter(&self) -> Option<&dyn PowerMeter> {
         self.meter.as_deref()
-    }
-
-    pub fn source_name(&self) -> &str {
-        self.source.name()
     }
 
     /// Takes one sample and returns the snapshot of the interval since the previous one. The
@@ -85,6 +89,7 @@ impl Sampler {
             }
             _ => None,
         };
+        self.had_energy = zones.as_ref().is_some_and(|(z, _)| !z.is_empty());
         let interval = match (&zones, &self.previous_usage) {
             (Some((_, interval)), _) => *interval,
             (None, Some(previous)) => usage.uptime.saturating_sub(previous.uptime),
@@ -109,7 +114,9 @@ impl Sampler {
             "tick"
         );
         self.previous_usage = Some(usage);
-        self.previous_energy = energy;
+        if let Some(old) = std::mem::replace(&mut self.previous_energy, energy) {
+            self.readings = old.readings;
+        }
         Ok(snapshot)
     }
 
@@ -118,18 +125,18 @@ impl Sampler {
         if let Some(previous) = &self.previous_usage {
             meter.observe_usage(previous, usage);
         }
-        self.readings.clear();
+        // Reuse the allocation of the reading before last (the last one is still needed as
+        // the previous snapshot).
+        let mut readings = std::mem::take(&mut self.readings);
+        readings.clear();
         let at = self.origin.elapsed();
-        match meter.read(&mut self.readings) {
+        match meter.read(&mut readings) {
             Ok(()) => {
                 if self.meter_failing {
                     warn!(meter = meter.name(), "meter readable again");
                     self.meter_failing = false;
                 }
-                Some(EnergySnapshot {
-                    at,
-                    readings: self.readings.clone(),
-                })
+                Some(EnergySnapshot { at, readings })
             }
             Err(error) => {
                 // The next good reading starts a new baseline: energy across the gap is not
@@ -138,6 +145,7 @@ impl Sampler {
                     warn!(meter = meter.name(), %error, "meter read failed; energy skipped until it recovers");
                     self.meter_failing = true;
                 }
+                self.readings = readings;
                 None
             }
         }

@@ -38,6 +38,7 @@ fn agent_measures_attributes_and_survives_wraps() {
     let mut checked = 0;
     let mut stress_share_sum = 0.0;
     let mut watts_sum = [0.0; 2];
+    let mut first: Option<(f64, f64)> = None;
     while started.elapsed() < Duration::from_secs(9) {
         std::thread::sleep(Duration::from_millis(1000));
         let samples = scrape(port);
@@ -97,6 +98,9 @@ fn agent_measures_attributes_and_survives_wraps() {
             "kepler_node_cpu_joules_total",
             &[("zone", "dram")],
         );
+        if first.is_none() {
+            first = Some((one(&samples, "kepler_agent_ticks_total", &[]), package_j));
+        }
         if let Some((p, d)) = last_joules {
             assert!(package_j > p, "package joules went from {p} to {package_j}");
             assert!(dram_j > d, "dram joules went from {d} to {dram_j}");
@@ -116,13 +120,22 @@ fn agent_measures_attributes_and_survives_wraps() {
         );
     }
 
-    // Over ≥ 9 s the package counter wrapped at least three times; the accumulated joules
-    // still match the simulated power over the agent's lifetime of samples.
+    // Over ≥ 9 s the package counter wrapped at least three times; the joules accumulated
+    // across those wraps still match the simulated power: the ticks run on a fixed 1 s
+    // schedule, so energy per tick averages 40 J.
     let samples = scrape(port);
     let package_j = one(
         &samples,
         "kepler_node_cpu_joules_total",
         &[("zone", "package")],
+    );
+    let ticks = one(&samples, "kepler_agent_ticks_total", &[]);
+    let (first_ticks, first_j) = first.expect("a first scrape");
+    let per_tick = (package_j - first_j) / (ticks - first_ticks);
+    assert!(
+        ticks - first_ticks >= 6.0 && (per_tick - PACKAGE_W).abs() <= PACKAGE_W * 0.03,
+        "{per_tick} J per tick over {} ticks across wraps, simulation draws {PACKAGE_W} W",
+        ticks - first_ticks
     );
     assert!(
         package_j > PACKAGE_MAX as f64 / 1e6 * 3.0,

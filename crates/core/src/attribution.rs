@@ -161,6 +161,9 @@ pub struct Attributor {
     tick_energy: Vec<(usize, Vec<u64>)>,
     group_sums: GroupSums,
     splitter: Splitter,
+    /// The key last inserted for each pid, to find an ended process whose pid is reused.
+    latest_by_pid: FastMap<u32, ProcessKey>,
+    source_counts_from_start: bool,
 }
 
 impl Attributor {
@@ -180,7 +183,17 @@ impl Attributor {
             tick_energy: Vec::new(),
             group_sums: GroupSums::default(),
             splitter: Splitter::default(),
+            latest_by_pid: FastMap::default(),
+            source_counts_from_start: false,
         }
+    }
+
+    /// For sources whose cumulative CPU times start at zero when the source starts (eBPF): a
+    /// task first seen after the first snapshot then counts all the CPU time it reports, since
+    /// all of it was used after the previous snapshot.
+    pub fn counting_from_source_start(mut self) -> Self {
+        self.source_counts_from_start = true;
+        self
     }
 
     pub fn config(&self) -> &AttributionConfig {
@@ -260,23 +273,36 @@ impl Attributor {
         // it started after the previous snapshot; otherwise this reading is its baseline.
         self.weights.clear();
         self.keys.clear();
+        let mut ended_with_reused_pid = Vec::new();
         for process in &usage.processes {
-            let started_since_last = self
-                .previous_uptime
-                .is_some_and(|prev| process.key.start_time >= prev);
-            let entry = self
-                .processes
-                .entry(process.key)
-                .or_insert_with(|| ProcessEntry {
-                    info: process.info.clone(),
-                    energy_tick: 0,
-                    last_cpu_time: if started_since_last {
-                        Duration::ZERO
-                    } else {
-                        process.cpu_time
-                    },
-                    workload: Workload::new(()),
-                });
+            // A task first seen now counts all its CPU time when it started after the previous
+            // snapshot, or when the source counts from its own start (then everything it
+            // reports after its first snapshot was used since that snapshot).
+            let counts_fully = self.previous_uptime.is_some_and(|prev| {
+                process.key.start_time >= prev || self.source_counts_from_start
+            });
+            let entry = match self.processes.entry(process.key) {
+                std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
+                std::collections::hash_map::Entry::Vacant(e) => {
+                    // A reused pid: the ended process of the same pid goes, or both would
+                    // export the same label set (the pid, not the start time, is the label).
+                    if let Some(old) = self.latest_by_pid.insert(process.key.pid, process.key) {
+                        if old != process.key {
+                            ended_with_reused_pid.push(old);
+                        }
+                    }
+                    e.insert(ProcessEntry {
+                        info: process.info.clone(),
+                        energy_tick: 0,
+                        last_cpu_time: if counts_fully {
+                            Duration::ZERO
+                        } else {
+                            process.cpu_time
+                        },
+                        workload: Workload::new(()),
+                    })
+                }
+            };
             // CPU time never goes backwards for one task; if a source says it did, count none.
             let delta = process.cpu_time.saturating_sub(entry.last_cpu_time);
             entry.last_cpu_time = entry.last_cpu_time.max(process.cpu_time);
@@ -295,10 +321,27 @@ impl Attributor {
                 .push(u64::try_from(delta.as_nanos()).unwrap_or(u64::MAX));
         }
 
+        for old in ended_with_reused_pid {
+            if self
+                .processes
+                .get(&old)
+                .is_some_and(|p| p.workload.ended_at.is_some() && p.workload.seen_tick != tick)
+            {
+                self.processes.remove(&old);
+            }
+        }
+
         // Energy per zone: node totals, idle/active, and the active part split by CPU time.
         let zone_count_before = self.zones.len();
         let mut tick_energy = std::mem::take(&mut self.tick_energy);
         let mut used = 0;
+        // Watts describe this interval: a zone without energy this tick (a failed read, a
+        // dropped sample) shows 0 W at every level alike, not last tick's power.
+        for state in &mut self.zones {
+            for value in [&mut state.total, &mut state.active, &mut state.idle] {
+                value.watts = Watts(0.0);
+            }
+        }
         if let Some(energies) = input.energy {
             for energy in energies {
                 let z = self.zone_index(energy);
@@ -346,19 +389,20 @@ impl Attributor {
                 .zones
                 .resize(zone_count, ZoneValue::default());
             this_tick.iter_mut().for_each(|e| *e = MicroJoules::ZERO);
-            let first_share = entry.energy_tick != tick;
-            entry.energy_tick = tick;
+            // A key can be listed twice in one snapshot (an exit record beside the live
+            // entry): the first listing restarts this tick's power, later ones add to it.
+            if entry.energy_tick != tick {
+                entry.energy_tick = tick;
+                for value in entry.workload.zones.iter_mut() {
+                    value.watts = Watts(0.0);
+                }
+            }
             for (z, parts) in &tick_energy {
                 let part = MicroJoules(parts.get(i).copied().unwrap_or(0));
                 this_tick[*z] = part;
                 let value = &mut entry.workload.zones[*z];
                 value.energy += part;
-                let watts = part.over(interval);
-                value.watts = if first_share {
-                    watts
-                } else {
-                    Watts(value.watts.0 + watts.0)
-                };
+                value.watts = Watts(value.watts.0 + part.over(interval).0);
             }
             let cpu_delta = Duration::from_nanos(self.weights.get(i).copied().unwrap_or(0));
             let ended = entry.workload.ended_at.is_some();
@@ -422,6 +466,7 @@ impl Attributor {
         // threshold and the cap apply from the next tick on.
         let prunable =
             |p: &ProcessEntry| p.workload.ended_at.is_some() && p.workload.seen_tick != tick;
+        let before = self.processes.len();
         self.processes.retain(|_, p| {
             !prunable(p)
                 || (!expired(p.workload.ended_at)
@@ -440,6 +485,11 @@ impl Attributor {
                     self.processes.remove(key);
                 }
             }
+        }
+        if self.processes.len() != before {
+            let processes = &self.processes;
+            self.latest_by_pid
+                .retain(|_, key| processes.contains_key(key));
         }
         self.containers.retain(|_, w| !expired(w.ended_at));
         self.pods.retain(|_, w| !expired(w.ended_at));

@@ -16,7 +16,7 @@ pub type ZoneValues = smallvec::SmallVec<[ZoneValue; 4]>;
 pub struct ZoneValue {
     /// Monotonic since the agent started.
     pub energy: MicroJoules,
-    /// Average over the last interval that had a reading.
+    /// Average over the last interval; 0 W when that interval had no reading for the zone.
     pub watts: Watts,
 }
 

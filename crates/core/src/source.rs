@@ -88,6 +88,11 @@ pub trait UsageSource: Send {
     fn name(&self) -> &str;
     /// Takes a snapshot of node and process usage now.
     fn snapshot(&mut self) -> Result<UsageSnapshot, ReadError>;
+    /// Whether cumulative CPU times start at zero when the source starts (eBPF counts from
+    /// program load), rather than at the task's start (procfs).
+    fn counts_from_start(&self) -> bool {
+        false
+    }
     /// Model features (DESIGN §7) that `kepler_core::features::node_features` can compute from
     /// this source's snapshots. Every source gives busy CPU time.
     fn features(&self) -> Vec<String> {

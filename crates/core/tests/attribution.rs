@@ -174,6 +174,73 @@ fn a_key_listed_twice_in_one_snapshot_gets_both_shares() {
 }
 
 #[test]
+fn a_reused_pid_replaces_the_ended_process() {
+    let mut a = Attributor::new(AttributionConfig {
+        idle: IdlePolicy::Ratio,
+        terminated: TerminatedPolicy {
+            retention: Duration::from_secs(100),
+            max: None,
+            min_energy: MicroJoules(0),
+        },
+    });
+    let i = info(None, None);
+    let tick = |a: &mut Attributor, uptime, procs| {
+        a.tick(Tick {
+            usage: &usage(uptime, uptime - 100, procs),
+            energy: Some(&[zone("package", 1_000_000)]),
+            interval: Duration::from_secs(1),
+        })
+    };
+    tick(&mut a, 100, vec![(7, 1, 0, i.clone())]);
+    tick(&mut a, 101, vec![(7, 1, 500, i.clone())]);
+    let s = tick(&mut a, 102, vec![]);
+    assert_eq!(s.processes.len(), 1, "ended pid 7 is kept");
+    // pid 7 again, a new process (started at 102 s): the ended one goes.
+    let s = tick(&mut a, 103, vec![(7, 102, 300, i.clone())]);
+    assert_eq!(s.processes.len(), 1);
+    assert_eq!(s.processes[0].key.start_time, Duration::from_secs(102));
+    assert_eq!(s.processes[0].state, WorkloadState::Running);
+}
+
+#[test]
+fn sources_counting_from_their_start_credit_a_late_first_sighting() {
+    let i = info(None, None);
+    let run = |a: Attributor| {
+        let mut a = a;
+        a.tick(Tick {
+            usage: &usage(100, 0, vec![(1, 1, 0, i.clone())]),
+            energy: None,
+            interval: Duration::from_secs(1),
+        });
+        // pid 2 is old (started at 1 s) but runs for the first time since the source
+        // started: its 1 s of CPU time all belongs to this interval.
+        let s = a.tick(Tick {
+            usage: &usage(
+                102,
+                2,
+                vec![(1, 1, 1000, i.clone()), (2, 1, 1000, i.clone())],
+            ),
+            energy: Some(&[zone("package", 2_000_000)]),
+            interval: Duration::from_secs(2),
+        });
+        s.processes
+            .iter()
+            .find(|p| p.key.pid == 2)
+            .map(|p| p.zones[0].energy)
+            .unwrap()
+    };
+    assert_eq!(
+        run(Attributor::new(AttributionConfig::default())),
+        MicroJoules(0)
+    );
+    assert_eq!(
+        run(Attributor::new(AttributionConfig::default()).counting_from_source_start()),
+        // 50% busy: 1 J of the 2 J is active, shared equally by pid 1 and pid 2.
+        MicroJoules(500_000)
+    );
+}
+
+#[test]
 fn ended_processes_keep_their_energy_then_expire() {
     let config = AttributionConfig {
         idle: IdlePolicy::Ratio,
@@ -282,7 +349,7 @@ fn measured_baseline_learns_the_lowest_low_usage_power() {
         energy: None,
         interval: Duration::from_secs(1),
     });
-    // 10% busy at 20 W: baseline 20 W, all of it idle... less the capped remainder.
+    // Idle (0% busy) at 20 W: the measured baseline becomes 20 W, all of it idle.
     let s = a.tick(Tick {
         usage: &usage(101, 0, vec![(1, 1, 200, i.clone())]),
         energy: Some(&[zone("package", 20_000_000)]),
@@ -435,6 +502,23 @@ proptest! {
                 let in_vms: u64 = s.vms.iter().map(|v| v.zones[z].energy.0).sum();
                 let vm_members: u64 = s.processes.iter().filter(|p| p.info.workload.vm.is_some()).map(|p| p.zones[z].energy.0).sum();
                 prop_assert_eq!(in_vms, vm_members);
+            }
+            // Power tells the same story at every level, also for a zone with no reading
+            // this tick (0 W everywhere).
+            for (z, node) in s.zones.iter().enumerate() {
+                let unattributed_before = previous
+                    .as_ref()
+                    .and_then(|p| p.zones.get(z))
+                    .map_or(0, |n| n.unattributed.0);
+                if node.unattributed.0 != unattributed_before {
+                    continue;
+                }
+                let watts: f64 = s.processes.iter().map(|p| p.zones[z].watts.0).sum();
+                prop_assert!((watts - node.active.watts.0).abs() <= 1e-6 * node.active.watts.0.max(1.0),
+                    "zone {}: processes {} W, node active {} W", z, watts, node.active.watts.0);
+                let in_containers: f64 = s.containers.iter().map(|c| c.zones[z].watts.0).sum();
+                let members: f64 = s.processes.iter().filter(|p| p.info.workload.container.is_some()).map(|p| p.zones[z].watts.0).sum();
+                prop_assert!((in_containers - members).abs() <= 1e-6 * members.max(1.0));
             }
             if let Some(prev) = &previous {
                 for (z, node) in prev.zones.iter().enumerate() {
