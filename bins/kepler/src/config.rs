@@ -537,13 +537,11 @@ impl Config {
             ));
         }
         for meter in &self.cpu.preferred_meters {
-            if !KNOWN_METERS.contains(&meter.as_str()) {
+            let known = known_meters();
+            if !known.contains(&meter.as_str()) {
                 return Err(invalid(
                     "cpu.preferredMeters",
-                    format!(
-                        "unknown meter {meter:?}; known: {}",
-                        KNOWN_METERS.join(", ")
-                    ),
+                    format!("unknown meter {meter:?}; known: {}", known.join(", ")),
                 ));
             }
         }
@@ -641,7 +639,12 @@ impl Config {
     }
 }
 
-pub const KNOWN_METERS: &[&str] = &["rapl", "hwmon", "fake", "model"];
+/// Hardware and development meters, plus the estimation meter the agent itself opens.
+pub fn known_meters() -> Vec<&'static str> {
+    let mut names = kepler_meters::METER_NAMES.to_vec();
+    names.push("model");
+    names
+}
 pub const KNOWN_LEVELS: &[&str] = &["node", "process", "container", "vm", "pod"];
 
 #[cfg(test)]

@@ -574,8 +574,6 @@ impl Attributor {
     }
 }
 
-/// Adds one process's share of this tick to a group workload (container, pod, VM). A group is
-/// running while any of its processes is.
 /// This tick's energy of one group, gathered under the address of the shared reference its
 /// processes carry: the group's id is then hashed once per tick, not once per member.
 struct GroupSum<R> {
@@ -630,6 +628,8 @@ fn apply<R>(
     }
 }
 
+/// Adds one tick's gathered energy to a group workload (container, pod, VM). A group is
+/// running while any of its processes is.
 fn add_tick<R>(
     w: &mut Workload<R>,
     energy: &[MicroJoules],

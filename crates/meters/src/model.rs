@@ -51,6 +51,8 @@ pub struct ModelMeter {
     zones: Vec<(String, Arc<str>, Arc<str>)>,
     /// Watts per component over the last interval.
     watts: HashMap<String, f64>,
+    /// The prediction at zero usage, subtracted for dynamic power; fixed per model.
+    idle: Vec<(String, f64)>,
     file: Option<(ModelFile, Option<SystemTime>, std::time::Instant)>,
     /// How the model was chosen, for `kepler probe`.
     detail: Option<String>,
@@ -61,7 +63,7 @@ impl std::fmt::Debug for ModelMeter {
         f.debug_struct("ModelMeter")
             .field("model", &self.model_name)
             .field("output", &self.output)
-            .finish()
+            .finish_non_exhaustive()
     }
 }
 
@@ -77,6 +79,25 @@ fn zones_of(predictor: &dyn Predictor, model_name: &str) -> Vec<(String, Arc<str
             (c, zone, path)
         })
         .collect()
+}
+
+fn predict(
+    predictor: &dyn Predictor,
+    model_name: &str,
+    features: &[(&str, f64)],
+) -> Result<Vec<(String, f64)>, String> {
+    // Slices are unsized and cannot be a `dyn FeatureLookup`; a Vec of a few pairs can.
+    let input: Vec<(&str, f64)> = features.to_vec();
+    predictor
+        .predict(&input)
+        .map_err(|e| format!("model {model_name}: {e}"))
+}
+
+/// The model's prediction with every feature it needs at zero: its idle power.
+fn idle_power(predictor: &dyn Predictor, model_name: &str) -> Result<Vec<(String, f64)>, String> {
+    let needed = predictor.features();
+    let zeros: Vec<(&str, f64)> = needed.iter().map(|f| (f.as_str(), 0.0)).collect();
+    predict(predictor, model_name, &zeros)
 }
 
 fn check_features(
@@ -122,13 +143,17 @@ impl ModelMeter {
             output,
             available,
             watts: HashMap::new(),
+            idle: Vec::new(),
             file: None,
             detail: None,
         };
+        meter.idle =
+            idle_power(meter.predictor.as_ref(), &meter.model_name).map_err(Unavailable::new)?;
         // Until the first interval is known, report the power at zero usage.
-        let needed = meter.predictor.features();
-        let zeros: Vec<(&str, f64)> = needed.iter().map(|f| (f.as_str(), 0.0)).collect();
-        meter.watts = meter.predict_at(&zeros).map_err(Unavailable::new)?;
+        meter.watts = match meter.output {
+            OutputType::Abs => meter.idle.iter().cloned().collect(),
+            OutputType::Dyn => meter.idle.iter().map(|(c, _)| (c.clone(), 0.0)).collect(),
+        };
         Ok(meter)
     }
 
@@ -158,17 +183,13 @@ impl ModelMeter {
     /// Predicted watts per component for these features (missing ones are absent, so the
     /// model reports them by name).
     fn predict_at(&self, features: &[(&str, f64)]) -> Result<HashMap<String, f64>, String> {
-        let features: Vec<(&str, f64)> = features.to_vec();
-        let run = |input: &Vec<(&str, f64)>| {
-            self.predictor
-                .predict(input)
-                .map_err(|e| format!("model {}: {e}", self.model_name))
-        };
-        let mut watts: HashMap<String, f64> = run(&features)?.into_iter().collect();
+        let mut watts: HashMap<String, f64> =
+            predict(self.predictor.as_ref(), &self.model_name, features)?
+                .into_iter()
+                .collect();
         if self.output == OutputType::Dyn {
-            let zero: Vec<(&str, f64)> = features.iter().map(|(n, _)| (*n, 0.0)).collect();
-            for (component, idle) in run(&zero)? {
-                if let Some(w) = watts.get_mut(&component) {
+            for (component, idle) in &self.idle {
+                if let Some(w) = watts.get_mut(component) {
                     *w = (*w - idle).max(0.0);
                 }
             }
@@ -199,11 +220,17 @@ impl ModelMeter {
                     .map_err(|e| e.to_string())
             });
         match loaded {
-            Ok(predictor) => {
-                info!(path = %file.path.display(), "estimation model reloaded");
-                self.zones = zones_of(predictor.as_ref(), &self.model_name);
-                self.predictor = predictor;
-            }
+            Ok(predictor) => match idle_power(predictor.as_ref(), &self.model_name) {
+                Ok(idle) => {
+                    info!(path = %file.path.display(), "estimation model reloaded");
+                    self.zones = zones_of(predictor.as_ref(), &self.model_name);
+                    self.idle = idle;
+                    self.predictor = predictor;
+                }
+                Err(e) => {
+                    warn!(path = %file.path.display(), error = %e, "reloaded model cannot predict; keeping the previous model")
+                }
+            },
             Err(e) => {
                 warn!(path = %file.path.display(), error = %e, "model file changed but cannot be used; keeping the previous model")
             }
