@@ -624,6 +624,27 @@ impl Config {
         Ok(())
     }
 
+    /// Upstream keys this agent accepts but does not act on yet, when the file turns them on;
+    /// users must hear that instead of wondering where pod names or GPU power are.
+    pub fn not_implemented(&self) -> Vec<&'static str> {
+        let mut keys = Vec::new();
+        if self.kube.enabled {
+            keys.push(
+                "kube.enabled (pod names and namespaces; pod ids still come from cgroup paths)",
+            );
+        }
+        if self.experimental.platform.redfish.enabled {
+            keys.push("experimental.platform.redfish.enabled");
+        }
+        if self.experimental.gpu.enabled {
+            keys.push("experimental.gpu.enabled");
+        }
+        if self.experimental.hwmon.chip_rules.is_some() {
+            keys.push("experimental.hwmon.chipRules");
+        }
+        keys
+    }
+
     /// The meters to try, in order: the fake meter alone when enabled for development;
     /// otherwise the preferred meters, with the estimation model as the last resort when the
     /// list does not place it.
@@ -706,6 +727,17 @@ mod tests {
         }
         let err = parse("ebpf:\n  enabled: maybe\n").unwrap_err().to_string();
         assert!(err.contains("ebpf.enabled"), "{err}");
+    }
+
+    #[test]
+    fn keys_without_an_implementation_are_reported() {
+        let c = parse("kube:\n  enabled: true\nexperimental:\n  gpu:\n    enabled: true\n")
+            .unwrap()
+            .config;
+        let keys = c.not_implemented();
+        assert_eq!(keys.len(), 2, "{keys:?}");
+        assert!(keys[0].starts_with("kube.enabled"));
+        assert!(Config::default().not_implemented().is_empty());
     }
 
     #[test]

@@ -10,6 +10,9 @@ fn main() -> Result<()> {
     for key in &loaded.unknown_keys {
         tracing::warn!(key = %key, "unknown config key ignored");
     }
+    for key in loaded.config.not_implemented() {
+        tracing::warn!(key, "config key not implemented in this version; ignored");
+    }
     match cli.command {
         Some(Command::Probe) => {
             print!("{}", kepler_agent::probe::report(&loaded.config));
