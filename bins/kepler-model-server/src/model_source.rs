@@ -3,6 +3,7 @@
 //! Built-in models plug in through [`BuiltinModels`] ([`crate::builtin::Embedded`] in the
 //! binary; tests pass recording stand-ins).
 
+use std::io::Read;
 use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context, Result};
@@ -68,9 +69,21 @@ pub fn load(
     }
 }
 
+/// Largest machine spec read: a real one is a few hundred bytes.
+const MAX_SPEC_BYTES: u64 = 1 << 20;
+
 fn read_spec(path: &Path) -> Result<serde_json::Value> {
-    let text =
-        std::fs::read(path).with_context(|| format!("reading machine spec {}", path.display()))?;
+    let mut text = Vec::new();
+    // Bounded read, not a length check: FIFOs, /proc and device files report no true size.
+    std::fs::File::open(path)
+        .and_then(|f| f.take(MAX_SPEC_BYTES + 1).read_to_end(&mut text))
+        .with_context(|| format!("reading machine spec {}", path.display()))?;
+    if text.len() as u64 > MAX_SPEC_BYTES {
+        bail!(
+            "machine spec {} is larger than {MAX_SPEC_BYTES} bytes",
+            path.display()
+        );
+    }
     let spec: serde_json::Value = serde_json::from_slice(&text)
         .with_context(|| format!("parsing machine spec {}", path.display()))?;
     if !spec.is_object() {
@@ -112,6 +125,14 @@ mod tests {
             "./builtin".parse::<ModelSource>().ok(),
             Some(ModelSource::File(PathBuf::from("./builtin")))
         );
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn endless_spec_files_are_cut_at_the_size_limit() {
+        // /dev/zero reports length 0 and never ends: only a bounded read stops.
+        let err = read_spec(Path::new("/dev/zero")).expect_err("endless spec");
+        assert!(err.to_string().contains("larger than"), "{err:#}");
     }
 
     #[test]

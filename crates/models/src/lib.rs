@@ -49,6 +49,7 @@ mod trainer;
 mod weights;
 mod xgboost;
 
+use std::io::Read;
 use std::path::Path;
 
 pub use error::ModelError;
@@ -99,15 +100,25 @@ pub fn load_model(
         path: path.to_path_buf(),
         source,
     };
-    let size = std::fs::metadata(path).map_err(io)?.len();
+    let too_large = |size| ModelError::TooLarge {
+        what: path.display().to_string(),
+        size,
+        limit: MAX_MODEL_FILE_BYTES,
+    };
+    let file = std::fs::File::open(path).map_err(io)?;
+    // The length is only a shortcut for large regular files: FIFOs, /proc and device files
+    // report 0 or lie, so the read itself is bounded too.
+    let size = file.metadata().map_err(io)?.len();
     if size > MAX_MODEL_FILE_BYTES {
-        return Err(ModelError::TooLarge {
-            what: path.display().to_string(),
-            size,
-            limit: MAX_MODEL_FILE_BYTES,
-        });
+        return Err(too_large(size));
     }
-    let bytes = std::fs::read(path).map_err(io)?;
+    let mut bytes = Vec::new();
+    file.take(MAX_MODEL_FILE_BYTES + 1)
+        .read_to_end(&mut bytes)
+        .map_err(io)?;
+    if bytes.len() as u64 > MAX_MODEL_FILE_BYTES {
+        return Err(too_large(bytes.len() as u64));
+    }
     let file_name = path.file_name().and_then(|n| n.to_str());
     load_model_bytes(&bytes, file_name, trainer_hint)
 }
@@ -127,7 +138,7 @@ pub fn load_model_bytes(
     let trainer = trainer::resolve(trainer_hint, file_name)?;
     let model = match sniff(bytes) {
         Format::Zip => archive::load(bytes, trainer, name)?,
-        Format::Json => weights::load(bytes, trainer, name)?,
+        Format::Json(text) => weights::load(text, trainer, name)?,
         Format::Unknown(why) => return Err(ModelError::UnknownFormat(why)),
     };
     tracing::debug!(
@@ -139,21 +150,22 @@ pub fn load_model_bytes(
     Ok(Box::new(model))
 }
 
-enum Format {
+enum Format<'a> {
     Zip,
-    Json,
+    /// The JSON text, without a UTF-8 byte-order mark (serde_json rejects one).
+    Json(&'a [u8]),
     Unknown(String),
 }
 
 /// Tells the format from the first bytes: a zip local header (or the end record of an empty
 /// archive), or a JSON object.
-fn sniff(bytes: &[u8]) -> Format {
+fn sniff(bytes: &[u8]) -> Format<'_> {
     if bytes.starts_with(b"PK\x03\x04") || bytes.starts_with(b"PK\x05\x06") {
         return Format::Zip;
     }
     let text = bytes.strip_prefix(b"\xef\xbb\xbf").unwrap_or(bytes);
     match text.iter().find(|b| !b.is_ascii_whitespace()) {
-        Some(b'{') => Format::Json,
+        Some(b'{') => Format::Json(text),
         Some(b'[') => Format::Unknown("a JSON array is not a model".into()),
         None => Format::Unknown("the file is empty".into()),
         Some(_) if bytes.starts_with(b"\x80") => Format::Unknown(

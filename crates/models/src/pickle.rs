@@ -14,14 +14,30 @@
 //! on the stack. Only `float64` arrays are needed and supported.
 //!
 //! Everything lives in an arena (`Vec<Node>` indexed by `Id`) so shared references (the memo)
-//! and in-place mutation (`SETITEMS`, `BUILD`) need no reference counting, and memory stays
-//! proportional to the input.
+//! and in-place mutation (`SETITEMS`, `BUILD`) need no reference counting. Memory stays
+//! proportional to the input: every opcode adds at most one node, and the only variable-size
+//! data (strings, arrays) is copied from bytes the opcode itself consumes; nothing copies an
+//! existing node's contents (a class reference points at its name strings by id, so a
+//! memoised string reused by many `STACK_GLOBAL`s is stored once). Work stays near-linear
+//! too: dicts, the arena and the number of arrays (each of which looks its attributes up in a
+//! state dict) are capped, far above what any scikit-learn pickle uses.
 
 use std::collections::HashMap;
 
 use crate::ModelError;
 
 pub(crate) type Id = usize;
+
+/// Most nodes one pickle may create. The published pickles have a few hundred; this bounds
+/// the arena (about 40 bytes a node) whatever the input size.
+const MAX_NODES: usize = 1 << 20;
+/// Most entries one dict may hold. scikit-learn state dicts have a few dozen; attribute
+/// lookups scan a state dict, so this bounds each lookup.
+const MAX_DICT_ENTRIES: usize = 1024;
+/// Most numpy arrays one pickle may hold. Each array looks up a handful of attributes in its
+/// wrapper's state dict and collects its shape tuple; a memoised wrapper re-`BUILD` over and
+/// over would otherwise make that work quadratic in the input. Published pickles hold ≤ 4.
+const MAX_ARRAYS: usize = 256;
 
 /// A pickled value.
 #[derive(Debug, Clone)]
@@ -35,8 +51,9 @@ pub(crate) enum Node {
     Tuple(Vec<Id>),
     List(Vec<Id>),
     Dict(Vec<(Id, Id)>),
-    /// A class or function reference: module and qualified name.
-    Global(String, String),
+    /// A class or function reference: the ids of its module and qualified-name strings
+    /// (ids, not copies, so reusing one memoised string costs nothing; see the module docs).
+    Global(Id, Id),
     /// `cls(*args)` (REDUCE/NEWOBJ) with the state given by BUILD.
     Object {
         class: Id,
@@ -115,12 +132,22 @@ struct Machine {
     nodes: Vec<Node>,
     stack: Vec<Item>,
     memo: HashMap<u64, Id>,
+    arrays: usize,
 }
 
 impl Machine {
-    fn push(&mut self, n: Node) {
+    /// Adds a node to the arena and returns its id, within [`MAX_NODES`].
+    fn add(&mut self, n: Node) -> Result<Id, String> {
+        if self.nodes.len() >= MAX_NODES {
+            return Err(format!("more than {MAX_NODES} values"));
+        }
         self.nodes.push(n);
-        self.stack.push(Item::Val(self.nodes.len() - 1));
+        Ok(self.nodes.len() - 1)
+    }
+    fn push(&mut self, n: Node) -> Result<(), String> {
+        let id = self.add(n)?;
+        self.stack.push(Item::Val(id));
+        Ok(())
     }
     fn pop(&mut self) -> Result<Id, String> {
         match self.stack.pop() {
@@ -174,8 +201,7 @@ impl Machine {
                 Item::Mark => return Err("unexpected mark".into()),
             }
         }
-        self.push(Node::Tuple(ids));
-        Ok(())
+        self.push(Node::Tuple(ids))
     }
     fn set_items(&mut self, dict: Id, pairs: &[Id]) -> Result<(), String> {
         if !pairs.chunks_exact(2).remainder().is_empty() {
@@ -184,6 +210,9 @@ impl Machine {
         let Some(Node::Dict(entries)) = self.nodes.get_mut(dict) else {
             return Err("SETITEMS on a non-dict".into());
         };
+        if entries.len() + pairs.len() / 2 > MAX_DICT_ENTRIES {
+            return Err(format!("a dict with more than {MAX_DICT_ENTRIES} entries"));
+        }
         entries.extend(pairs.chunks_exact(2).filter_map(|kv| match kv {
             [k, v] => Some((*k, *v)),
             _ => None,
@@ -210,19 +239,19 @@ impl Machine {
                     });
                 }
                 b'(' => self.stack.push(Item::Mark),
-                b'N' => self.push(Node::None),
-                0x88 | 0x89 => self.push(Node::Opaque),
+                b'N' => self.push(Node::None)?,
+                0x88 | 0x89 => self.push(Node::Opaque)?,
                 b'K' => {
                     let v = r.u8()?;
-                    self.push(Node::Int(i64::from(v)))
+                    self.push(Node::Int(i64::from(v)))?
                 }
                 b'M' => {
                     let v = u16::from_le_bytes(r.arr()?);
-                    self.push(Node::Int(i64::from(v)))
+                    self.push(Node::Int(i64::from(v)))?
                 }
                 b'J' => {
                     let v = i32::from_le_bytes(r.arr()?);
-                    self.push(Node::Int(i64::from(v)))
+                    self.push(Node::Int(i64::from(v)))?
                 }
                 0x8a => {
                     // LONG1: little-endian two's complement of n bytes; we only need small ints.
@@ -239,11 +268,11 @@ impl Machine {
                     buf.get_mut(..n)
                         .ok_or("integer too large")?
                         .copy_from_slice(bytes);
-                    self.push(Node::Int(i64::from_le_bytes(buf)))
+                    self.push(Node::Int(i64::from_le_bytes(buf)))?
                 }
                 b'G' => {
                     let v = f64::from_be_bytes(r.arr()?);
-                    self.push(Node::Float(v))
+                    self.push(Node::Float(v))?
                 }
                 0x8c | b'X' | 0x8d => {
                     let n = match op {
@@ -252,7 +281,7 @@ impl Machine {
                         _ => r.len_u64()?,
                     };
                     let s = std::str::from_utf8(r.take(n)?).map_err(|_| "non-UTF-8 string")?;
-                    self.push(Node::Str(s.to_string()))
+                    self.push(Node::Str(s.to_string()))?
                 }
                 b'C' | b'B' | 0x8e => {
                     let n = match op {
@@ -261,25 +290,25 @@ impl Machine {
                         _ => r.len_u64()?,
                     };
                     r.take(n)?;
-                    self.push(Node::Opaque)
+                    self.push(Node::Opaque)?
                 }
-                b')' => self.push(Node::Tuple(Vec::new())),
-                b']' => self.push(Node::List(Vec::new())),
-                b'}' => self.push(Node::Dict(Vec::new())),
+                b')' => self.push(Node::Tuple(Vec::new()))?,
+                b']' => self.push(Node::List(Vec::new()))?,
+                b'}' => self.push(Node::Dict(Vec::new()))?,
                 0x85 => self.tuple(1)?,
                 0x86 => self.tuple(2)?,
                 0x87 => self.tuple(3)?,
                 b't' => {
                     let items = self.pop_mark()?;
-                    self.push(Node::Tuple(items))
+                    self.push(Node::Tuple(items))?
                 }
                 b'l' => {
                     let items = self.pop_mark()?;
-                    self.push(Node::List(items))
+                    self.push(Node::List(items))?
                 }
                 b'd' => {
                     let items = self.pop_mark()?;
-                    self.push(Node::Dict(Vec::new()));
+                    self.push(Node::Dict(Vec::new()))?;
                     let dict = self.top()?;
                     self.set_items(dict, &items)?
                 }
@@ -346,17 +375,18 @@ impl Machine {
                     let name = self.pop()?;
                     let module = self.pop()?;
                     match (self.node(module)?, self.node(name)?) {
-                        (Node::Str(m), Node::Str(n)) => {
-                            let g = Node::Global(m.clone(), n.clone());
-                            self.push(g)
-                        }
+                        // By id: copying the strings would let a small input that reuses one
+                        // large memoised string allocate without bound.
+                        (Node::Str(_), Node::Str(_)) => self.push(Node::Global(module, name))?,
                         _ => return Err("STACK_GLOBAL needs two strings".into()),
                     }
                 }
                 b'c' => {
                     let module = r.line()?.to_string();
                     let name = r.line()?.to_string();
-                    self.push(Node::Global(module, name))
+                    let module = self.add(Node::Str(module))?;
+                    let name = self.add(Node::Str(name))?;
+                    self.push(Node::Global(module, name))?
                 }
                 b'R' | 0x81 => {
                     // REDUCE cls(*args) / NEWOBJ cls.__new__(cls, *args): recorded, not run.
@@ -366,7 +396,7 @@ impl Machine {
                         class,
                         args,
                         state: None,
-                    })
+                    })?
                 }
                 b'b' => {
                     let state = self.pop()?;
@@ -376,9 +406,13 @@ impl Machine {
                         _ => return Err("BUILD on a non-object".into()),
                     }
                     if self.is_class(obj, "joblib.numpy_pickle", "NumpyArrayWrapper") {
+                        self.arrays += 1;
+                        if self.arrays > MAX_ARRAYS {
+                            return Err(format!("more than {MAX_ARRAYS} arrays"));
+                        }
                         let array = self.read_array(obj, &mut r)?;
                         self.pop()?;
-                        self.push(array);
+                        self.push(array)?;
                     }
                 }
                 other => {
@@ -392,11 +426,9 @@ impl Machine {
     }
 
     fn is_class(&self, obj: Id, module: &str, name: &str) -> bool {
+        let view = View { nodes: &self.nodes };
         match self.nodes.get(obj) {
-            Some(Node::Object { class, .. }) => matches!(
-                self.nodes.get(*class),
-                Some(Node::Global(m, n)) if m == module && n == name
-            ),
+            Some(Node::Object { class, .. }) => view.global(*class) == Some((module, name)),
             _ => false,
         }
     }
@@ -466,6 +498,13 @@ impl<'a> View<'a> {
             _ => None,
         }
     }
+    /// A class reference's (module, name).
+    fn global(&self, id: Id) -> Option<(&'a str, &'a str)> {
+        match self.get(id)? {
+            Node::Global(m, n) => Some((self.str(*m)?, self.str(*n)?)),
+            _ => None,
+        }
+    }
     /// `obj.name`: a key of the object's state dict (how sklearn and plain classes pickle).
     fn attr(&self, obj: Id, name: &str) -> Option<Id> {
         let Node::Object {
@@ -489,7 +528,7 @@ impl<'a> View<'a> {
         let Node::Object { class, args, state } = self.get(id)? else {
             return None;
         };
-        if !matches!(self.get(*class)?, Node::Global(m, n) if m == "numpy" && n == "dtype") {
+        if self.global(*class)? != ("numpy", "dtype") {
             return None;
         }
         let Node::Tuple(a) = self.get(*args)? else {
@@ -526,12 +565,14 @@ impl Pickle {
     pub(crate) fn class_of(&self, id: Id) -> Option<(&str, &str)> {
         let v = self.view();
         match v.get(id)? {
-            Node::Object { class, .. } => match v.get(*class)? {
-                Node::Global(m, n) => Some((m.as_str(), n.as_str())),
-                _ => None,
-            },
+            Node::Object { class, .. } => v.global(*class),
             _ => None,
         }
+    }
+
+    /// A class or function reference as (module, name).
+    pub(crate) fn global(&self, id: Id) -> Option<(&str, &str)> {
+        self.view().global(id)
     }
 
     /// The root object's attribute `name`.
@@ -649,6 +690,80 @@ mod tests {
         ] {
             assert!(parse(bad, "t").is_err(), "{bad:?}");
         }
+    }
+
+    // The memory bound of STACK_GLOBAL over a reused memoised string is measured with a
+    // counting allocator in tests/memory_bound.rs.
+
+    #[test]
+    fn the_c_opcode_and_stack_global_name_the_same_class() {
+        let mut b = vec![0x80, 4];
+        b.extend_from_slice(b"\x8c\x08__main__\x8c\x05Thing\x93)\x81.");
+        let p = parse(&b, "t").expect("parse");
+        assert_eq!(p.root_class(), Some(("__main__", "Thing")));
+    }
+
+    /// `}` `(` then `n` key/value pairs `u` `.`.
+    fn dict_of(n: usize) -> Vec<u8> {
+        let mut b = vec![0x80, 4, b'}', b'('];
+        for i in 0..n {
+            b.push(b'M');
+            b.extend_from_slice(&(i as u16).to_le_bytes());
+            b.extend_from_slice(b"N");
+        }
+        b.extend_from_slice(b"u.");
+        b
+    }
+
+    #[test]
+    fn dicts_are_capped() {
+        assert!(parse(&dict_of(MAX_DICT_ENTRIES), "t").is_ok());
+        let err = parse(&dict_of(MAX_DICT_ENTRIES + 1), "t").expect_err("too many entries");
+        assert!(err.to_string().contains("entries"), "{err}");
+        // SETITEM one at a time reaches the same cap.
+        let mut b = vec![0x80, 4, b'}'];
+        for i in 0..=MAX_DICT_ENTRIES {
+            b.push(b'M');
+            b.extend_from_slice(&(i as u16).to_le_bytes());
+            b.extend_from_slice(b"Ns");
+        }
+        b.push(b'.');
+        assert!(parse(&b, "t").is_err());
+    }
+
+    /// A memoised NumpyArrayWrapper (memo 0) and its state (memo 1: shape (), dtype f8), then
+    /// `n` BUILDs of it, each followed by its one float64.
+    fn rebuilt_wrapper(n: usize) -> Vec<u8> {
+        let mut b = vec![0x80, 4];
+        b.extend_from_slice(b"\x8c\x13joblib.numpy_pickle\x8c\x11NumpyArrayWrapper\x93)\x81\x94");
+        b.extend_from_slice(b"}(\x8c\x05shape)\x8c\x05dtype");
+        b.extend_from_slice(b"\x8c\x05numpy\x8c\x05dtype\x93\x8c\x02f8\x85R");
+        b.extend_from_slice(b"u\x940");
+        for i in 0..n {
+            b.extend_from_slice(b"h\x00h\x01b");
+            b.extend_from_slice(&(i as f64).to_le_bytes());
+            b.push(b'0');
+        }
+        b.extend_from_slice(b"N.");
+        b
+    }
+
+    #[test]
+    fn arrays_are_capped() {
+        // Each BUILD scans the state dict; a memoised wrapper rebuilt without limit would make
+        // loading quadratic in the input.
+        assert!(parse(&rebuilt_wrapper(MAX_ARRAYS), "t").is_ok());
+        let err = parse(&rebuilt_wrapper(MAX_ARRAYS + 1), "t").expect_err("too many arrays");
+        assert!(err.to_string().contains("arrays"), "{err}");
+    }
+
+    #[test]
+    fn nodes_are_capped() {
+        let mut b = vec![0x80, 4];
+        b.extend(std::iter::repeat_n(b'N', MAX_NODES + 1));
+        b.push(b'.');
+        let err = parse(&b, "t").expect_err("too many values");
+        assert!(err.to_string().contains("values"), "{err}");
     }
 
     proptest! {

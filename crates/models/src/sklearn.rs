@@ -91,10 +91,8 @@ pub(crate) fn curve_fit(
     }
     let func = p
         .root_attr("fit_func")
-        .and_then(|id| match p.node(id) {
-            Some(pickle::Node::Global(_, name)) => Some(name.as_str()),
-            _ => None,
-        })
+        .and_then(|id| p.global(id))
+        .map(|(_, name)| name)
         .ok_or_else(|| ModelError::Pickle {
             file: file.to_string(),
             reason: "no fit_func".into(),

@@ -187,6 +187,31 @@ fn nan_and_overflowing_weights_are_errors() {
 }
 
 #[test]
+fn weight_json_with_a_byte_order_mark_loads() {
+    // Editors on Windows save UTF-8 with a BOM; the sniffer skips it, so the parser must too.
+    let sgd = bytes(ec2("BPFOnly/SGDRegressorTrainer_0.json"));
+    let mut with_bom = b"\xef\xbb\xbf".to_vec();
+    with_bom.extend_from_slice(&sgd);
+    let name = Some("SGDRegressorTrainer_0.json");
+    let a = load_model_bytes(&with_bom, name, None).expect("JSON with a BOM");
+    let b = load_model_bytes(&sgd, name, None).expect("JSON");
+    let input = [("bpf_cpu_time_ms", 47938.5), ("bpf_page_cache_hit", 0.0)];
+    assert_eq!(predict(&*a, &input), predict(&*b, &input));
+}
+
+#[cfg(unix)]
+#[test]
+fn endless_files_are_cut_at_the_size_limit() {
+    // /dev/zero reports length 0 yet never ends: the read itself must stop at the limit.
+    let err = kepler_models::load_model("/dev/zero".as_ref(), None).expect_err("endless");
+    assert!(
+        matches!(err, ModelError::TooLarge { size, limit, .. }
+            if limit == kepler_models::MAX_MODEL_FILE_BYTES && size > limit),
+        "{err}"
+    );
+}
+
+#[test]
 fn unknown_trainers_are_errors() {
     let sgd = bytes(ec2("BPFOnly/SGDRegressorTrainer_0.json"));
     let err = load_model_bytes(&sgd, None, Some("FancyNetTrainer")).expect_err("hint");

@@ -161,24 +161,26 @@ fn unknown_cpu_gets_the_fallback_and_says_why() {
         );
         assert!(sel.model_name.ends_with("/fallback"), "{}", sel.model_name);
     }
-    // The fallback's ends follow its documented affine form.
-    let index = embedded_index().unwrap_or_else(|e| panic!("{e}"));
+    // The fallback's ends follow its documented affine form, fixed + per_cpu·CPUs +
+    // per_gb·GB, with the numbers of builtin/index.json's rapl fallback:
+    //   package idle {"fixed_w":9.62083,"per_cpu_w":0.452917,"per_gb_w":0.0}
+    //   package max  {"fixed_w":64.0929,"per_cpu_w":3.97174,"per_gb_w":0.0}
+    //   dram max     {"fixed_w":0.0,"per_cpu_w":0.0,"per_gb_w":0.6}
+    // at 32 logical CPUs and 128 GB.
     let sel = select(&s, BuiltinFamily::Rapl);
-    let pkg = index.rapl.fallback.components["package"];
-    let dram = index.rapl.fallback.components["dram"];
     assert_rel(
         at(&sel, 0.0)["package"],
-        pkg.idle.at(32.0, 128.0),
+        9.62083 + 0.452917 * 32.0, // 24.114174
         "fallback package idle",
     );
     assert_rel(
         at(&sel, 32_000.0)["package"],
-        pkg.max.at(32.0, 128.0),
+        64.0929 + 3.97174 * 32.0, // 191.18858
         "fallback package max",
     );
     assert_rel(
         at(&sel, 32_000.0)["dram"],
-        dram.max.per_gb_w * 128.0,
+        0.6 * 128.0, // 76.8
         "fallback dram max",
     );
     // A CPU with no model number never matches, whatever the data holds.
@@ -211,12 +213,46 @@ fn matching_is_by_token_equality_not_substring() {
 }
 
 #[test]
-fn selection_is_deterministic() {
+fn memory_variants_resolve_to_a_pinned_committed_file() {
+    // EPYC 7R32 with 96 logical CPUs has two node types in the index: id 2 (192 GB, the c5a
+    // family) and id 3 (384 GB, g4ad). 190 GB is nearest id 2 and within 5 % of it, so the
+    // model is that committed file, byte for byte, and nothing is scaled.
     let s = spec("AMD EPYC 7R32 48-Core Processor", 96, 1, 190.0);
     let a = select(&s, BuiltinFamily::Rapl);
-    let b = select(&s, BuiltinFamily::Rapl);
-    assert_eq!(a.model_json, b.model_json);
-    assert_eq!(a.reason, b.reason);
+    assert_eq!(a.matched, MatchQuality::Exact, "{}", a.reason);
+    assert_eq!(a.model_name, "builtin/aws/LogarithmicRegressionTrainer_2");
+    let file = committed("aws/rapl-sysfs/AbsPower/BPFOnly/LogarithmicRegressionTrainer_2.json");
+    let text = std::fs::read_to_string(&file).unwrap_or_else(|e| panic!("{}: {e}", file.display()));
+    assert_eq!(a.model_json, text);
+    // 380 GB is nearest the other variant.
+    let b = select(&spec("AMD EPYC 7R32", 96, 1, 380.0), BuiltinFamily::Rapl);
+    assert_eq!(b.model_name, "builtin/aws/LogarithmicRegressionTrainer_3");
+}
+
+#[test]
+fn arm_core_names_match_only_as_a_core_design() {
+    // arm64 cpuinfo names the core (Neoverse-N1), not the chip. Graviton2 is built on it, so
+    // its node types apply, but so is Ampere Altra: the match must say it is the core's.
+    let core = select(&spec("ARM Neoverse-N1", 64, 1, 256.0), BuiltinFamily::Rapl);
+    assert_eq!(
+        core.matched,
+        MatchQuality::SameCoreDesign,
+        "{}",
+        core.reason
+    );
+    assert_eq!(core.matched.to_string(), "same-core-design");
+    assert!(core.reason.contains("core design"), "{}", core.reason);
+    assert!(core.reason.contains("Graviton2"), "{}", core.reason);
+    // The same machine named by its chip is an exact match, with the same model.
+    let chip = select(&spec("AWS Graviton2", 64, 1, 256.0), BuiltinFamily::Rapl);
+    assert_eq!(chip.matched, MatchQuality::Exact, "{}", chip.reason);
+    assert_eq!(chip.model_json, core.model_json);
+    // Scaled (Cortex-A72: Graviton, and a Raspberry Pi 4) and guest selections say so too.
+    let pi = select(&spec("ARM Cortex-A72", 4, 1, 8.0), BuiltinFamily::Rapl);
+    assert_eq!(pi.matched, MatchQuality::SameCoreDesign, "{}", pi.reason);
+    assert!(pi.reason.contains("Graviton"), "{}", pi.reason);
+    let g = guest(&spec("ARM Neoverse-N1", 4, 0, 16.0), BuiltinFamily::Rapl);
+    assert_eq!(g.matched, MatchQuality::SameCoreDesign, "{}", g.reason);
 }
 
 #[test]

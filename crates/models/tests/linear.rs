@@ -128,10 +128,11 @@ fn kepler_bundled_weights_equal_v06_renamed() {
         None,
     );
     for x in [0.0, 1321.0, 29170.0] {
-        assert_eq!(
-            bundled.predict(&[("bpf_cpu_time_ms", x)]).ok(),
-            legacy.predict(&[("bpf_cpu_time_ms", x)]).ok()
-        );
+        // Unwrapped: two errors must not count as agreement.
+        let input = [("bpf_cpu_time_ms", x)];
+        let (a, b) = (predict(&*bundled, &input), predict(&*legacy, &input));
+        assert!(!a.is_empty());
+        assert_eq!(a, b, "at {x}");
     }
 }
 
@@ -235,6 +236,13 @@ fn map_inputs_work() {
     let m = load(ec2("BPFOnly/SGDRegressorTrainer_0.json"), None);
     let h: HashMap<String, f64> = HashMap::from([("bpf_cpu_time_ms".to_string(), 47938.5)]);
     let b: BTreeMap<&str, f64> = BTreeMap::from([("bpf_cpu_time_ms", 47938.5)]);
-    assert_eq!(m.predict(&h).ok(), m.predict(&b).ok());
+    let from_hash = m
+        .predict(&h)
+        .unwrap_or_else(|e| panic!("HashMap input: {e}"));
+    let from_btree = m
+        .predict(&b)
+        .unwrap_or_else(|e| panic!("BTreeMap input: {e}"));
+    assert!(!from_hash.is_empty());
+    assert_eq!(from_hash, from_btree);
     assert_eq!(m.name(), Some("SGDRegressorTrainer_0"));
 }

@@ -168,7 +168,8 @@ pub struct BuiltinIndex {
 }
 
 impl BuiltinIndex {
-    /// Parses and checks an index: the format, unique ids, and every curve valid.
+    /// Parses and checks an index: the format, unique ids, and every curve valid, the
+    /// fallback's included.
     pub fn parse(text: &str) -> Result<BuiltinIndex, BuiltinError> {
         let index: BuiltinIndex = serde_json::from_str(text)
             .map_err(|e| BuiltinError::Index(format!("not a built-in index: {e}")))?;
@@ -198,6 +199,8 @@ impl BuiltinIndex {
                     family.pipeline, family.trainer
                 )));
             }
+            check_fallback(&family.fallback)
+                .map_err(|e| BuiltinError::Index(format!("{} fallback: {e}", family.pipeline)))?;
             let mut ids = std::collections::BTreeSet::new();
             for t in &family.types {
                 if trainer_for(&t.components) != family.trainer || t.components.is_empty() {
@@ -298,6 +301,48 @@ fn check_curve(c: &CurveParams) -> Result<(), String> {
     Ok(())
 }
 
+/// Bound on the fallback's numbers: a megawatt per CPU or GB, or a terabyte of memory per
+/// CPU, is far beyond any machine, and keeps every end finite for any CPU count (u32) and
+/// memory size a spec may give.
+const FALLBACK_BOUND: f64 = 1e6;
+
+/// A fallback is evaluated for any machine size, so its numbers are checked rather than its
+/// ends: the assumed memory per CPU must be a size (≥ 0, bounded), every affine coefficient
+/// bounded (negative ones are allowed: the ends are clamped at 0 W where a fit dips below
+/// zero) and `log_b` as for any curve.
+fn check_fallback(f: &Fallback) -> Result<(), String> {
+    let m = f.memory_gb_per_cpu;
+    if !(0.0..=FALLBACK_BOUND).contains(&m) {
+        return Err(format!(
+            "memory_gb_per_cpu {m} must be between 0 and {FALLBACK_BOUND}"
+        ));
+    }
+    for (name, c) in &f.components {
+        for (end, a) in [("idle", &c.idle), ("max", &c.max)] {
+            for (what, v) in [
+                ("fixed_w", a.fixed_w),
+                ("per_cpu_w", a.per_cpu_w),
+                ("per_gb_w", a.per_gb_w),
+            ] {
+                // contains() is false for NaN and infinities too.
+                if !(-FALLBACK_BOUND..=FALLBACK_BOUND).contains(&v) {
+                    return Err(format!(
+                        "component {name} {end}.{what} {v} must be within ±{FALLBACK_BOUND}"
+                    ));
+                }
+            }
+        }
+        // The ends do not matter here, only log_b.
+        let probe = CurveParams {
+            idle_w: 0.0,
+            max_w: 0.0,
+            log_b: c.log_b,
+        };
+        check_curve(&probe).map_err(|e| format!("component {name}: {e}"))?;
+    }
+    Ok(())
+}
+
 /// The index compiled into the library.
 const EMBEDDED: &str = include_str!("../../builtin/index.json");
 
@@ -385,5 +430,54 @@ pub fn trainer_for(components: &BTreeMap<String, CurveParams>) -> &'static str {
         LOG_TRAINER
     } else {
         LINEAR_TRAINER
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The embedded index with `edit` applied to its JSON.
+    fn edited(edit: impl FnOnce(&mut Value)) -> Result<BuiltinIndex, BuiltinError> {
+        let mut v: Value = serde_json::from_str(EMBEDDED).expect("embedded index is JSON");
+        edit(&mut v);
+        BuiltinIndex::parse(&v.to_string())
+    }
+
+    #[test]
+    fn embedded_index_parses() {
+        assert!(edited(|_| {}).is_ok());
+    }
+
+    #[test]
+    fn broken_fallbacks_are_rejected_at_parse_time() {
+        // Values of the right type that are out of range.
+        let cases: [(&str, Value); 4] = [
+            ("/rapl/fallback/components/package/log_b", json!(-1.0)),
+            ("/rapl/fallback/components/dram/log_b", json!(0.0)),
+            ("/rapl/fallback/memory_gb_per_cpu", json!(-0.5)),
+            ("/platform/fallback/memory_gb_per_cpu", json!(-1e-9)),
+        ];
+        for (pointer, bad) in cases {
+            let r = edited(|v| {
+                if let Some(slot) = v.pointer_mut(pointer) {
+                    *slot = bad.clone();
+                }
+            });
+            assert!(r.is_err(), "{pointer} = {bad} accepted");
+        }
+        // Finite but absurd: at 4 billion CPUs these ends would overflow.
+        let text = EMBEDDED.replacen("\"fixed_w\":9.62083", "\"fixed_w\":-1e300", 1);
+        assert_ne!(text, EMBEDDED);
+        let err = BuiltinIndex::parse(&text).expect_err("absurd coefficient");
+        assert!(err.to_string().contains("fixed_w"), "{err}");
+        let text = EMBEDDED.replacen(
+            "\"memory_gb_per_cpu\":1.0",
+            "\"memory_gb_per_cpu\":1e300",
+            1,
+        );
+        assert_ne!(text, EMBEDDED);
+        let err = BuiltinIndex::parse(&text).expect_err("absurd memory");
+        assert!(err.to_string().contains("memory_gb_per_cpu"), "{err}");
     }
 }

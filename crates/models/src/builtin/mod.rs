@@ -17,7 +17,9 @@
 //! 1. The host processor is normalised ([`normalize_processor`]) and reduced to a **match
 //!    key**: brand tokens (`intel`, `amd`, `aws`, `arm`, `xeon`) and separators removed,
 //!    `graviton`/`graviton2` mapped to their cores (`cortexa72`/`neoversen1`, all arm64
-//!    cpuinfo tells). A name without a digit (`Intel Xeon Processor`, a QEMU model) has no
+//!    cpuinfo tells). A host that names only the core matches those chips' node types under
+//!    rules 2 and 3, reported as [`MatchQuality::SameCoreDesign`] since other chips share
+//!    the core. A name without a digit (`Intel Xeon Processor`, a QEMU model) has no
 //!    key and matches nothing. Keys are compared for **equality**, never as substrings: an
 //!    `E5-2660` is not an `E5-2660 v2`, an `8259` is not an `8259CL`.
 //! 2. **Exact**: a node type with the same key and the same logical CPU count (and sockets,

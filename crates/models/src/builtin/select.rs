@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use super::index::{
     embedded_index, trainer_for, weight_json, BuiltinIndex, CurveParams, FamilyIndex, NodeType,
 };
-use super::spec::{cpu_key, MachineSpec};
+use super::spec::{cpu_key, names_core_only, MachineSpec};
 use super::BuiltinError;
 use crate::Predictor;
 
@@ -63,6 +63,12 @@ pub enum MatchQuality {
     Exact,
     /// Same CPU model, different size: the nearest node type scaled by the core ratio.
     SameCpuScaled,
+    /// Only the CPU core design matched: the host names a core (arm64 cpuinfo says
+    /// `ARM Neoverse-N1`, not the chip), and the node type is a chip built on it
+    /// (`Graviton2`), used as [`MatchQuality::Exact`] or [`MatchQuality::SameCpuScaled`]
+    /// would (the reason says which). Other chips share the core (Ampere Altra), so the
+    /// model may not be the host's.
+    SameCoreDesign,
     /// No node type has this CPU: the generic size-scaled fallback.
     Fallback,
 }
@@ -72,6 +78,7 @@ impl std::fmt::Display for MatchQuality {
         f.write_str(match self {
             MatchQuality::Exact => "exact",
             MatchQuality::SameCpuScaled => "same-cpu-scaled",
+            MatchQuality::SameCoreDesign => "same-core-design",
             MatchQuality::Fallback => "fallback",
         })
     }
@@ -147,7 +154,7 @@ pub fn select_in(
                 .then(a.id.cmp(&b.id))
         });
     if let Some(t) = exact {
-        return from_type(fam, t, spec, MatchQuality::Exact);
+        return from_type(fam, t, spec, MatchQuality::Exact).map(|s| core_only(s, spec, t));
     }
     let nearest = same_cpu.iter().copied().min_by(|a, b| {
         core_distance(cores, a)
@@ -157,7 +164,9 @@ pub fn select_in(
             .then(a.id.cmp(&b.id))
     });
     match nearest {
-        Some(t) => from_type(fam, t, spec, MatchQuality::SameCpuScaled),
+        Some(t) => {
+            from_type(fam, t, spec, MatchQuality::SameCpuScaled).map(|s| core_only(s, spec, t))
+        }
         None => {
             let why = format!(
                 "no {} node type has CPU {:?} (match key {key:?}; the data covers {} CPU models)",
@@ -259,7 +268,7 @@ pub fn select_for_guest_in(
                 t.cores,
                 memory_choice(spec, &same_cpu, t)
             );
-            let chosen = from_type(fam, t, &host, MatchQuality::Exact)?;
+            let chosen = core_only(from_type(fam, t, &host, MatchQuality::Exact)?, spec, t);
             (chosen, why, t.cores)
         }
         (None, Some(t)) => {
@@ -269,7 +278,11 @@ pub fn select_for_guest_in(
                  node type of that CPU has {})",
                 fam.pipeline, t.cores
             );
-            let chosen = from_type(fam, t, &host, MatchQuality::SameCpuScaled)?;
+            let chosen = core_only(
+                from_type(fam, t, &host, MatchQuality::SameCpuScaled)?,
+                spec,
+                t,
+            );
             (chosen, why, vcpus)
         }
         (None, None) => {
@@ -400,6 +413,19 @@ fn memory_factor(spec: &MachineSpec, t: &NodeType, core_k: f64) -> f64 {
     } else {
         k
     }
+}
+
+/// Marks a selection whose CPU matched only by core design (see
+/// [`MatchQuality::SameCoreDesign`]): the host names a core, the node type a chip.
+fn core_only(mut sel: BuiltinSelection, spec: &MachineSpec, t: &NodeType) -> BuiltinSelection {
+    if names_core_only(&spec.processor) && !names_core_only(&t.processor) {
+        sel.reason = format!(
+            "only the CPU core design matched: {:?} names a core, not a chip, and {} is built              on it (other chips with this core may draw different power); {}",
+            spec.processor, t.cpu, sel.reason
+        );
+        sel.matched = MatchQuality::SameCoreDesign;
+    }
+    sel
 }
 
 fn from_type(

@@ -260,15 +260,30 @@ const ALIASES: [(&str, &str); 2] = [("graviton", "cortexa72"), ("graviton2", "ne
 /// `None` when no model number is left (`intel_xeon`, `qemu_virtual`): such a name says
 /// nothing about power and must not match anything.
 pub(crate) fn cpu_key(processor: &str) -> Option<String> {
-    let key: String = normalize_processor(processor)
-        .split('_')
-        .filter(|t| !BRAND_TOKENS.contains(t))
-        .collect();
+    let key = name_key(processor);
     let key = ALIASES
         .iter()
         .find(|(brand, _)| *brand == key)
         .map_or(key, |(_, core)| (*core).to_string());
     key.bytes().any(|b| b.is_ascii_digit()).then_some(key)
+}
+
+/// [`cpu_key`] before aliases: what the name itself says.
+fn name_key(processor: &str) -> String {
+    normalize_processor(processor)
+        .split('_')
+        .filter(|t| !BRAND_TOKENS.contains(t))
+        .collect()
+}
+
+/// Whether `processor` names only a CPU core design that [`ALIASES`] maps chips onto
+/// (`ARM Neoverse-N1`, what arm64 cpuinfo tells), not a chip. Such a name matches the
+/// chips built on that core (Graviton2), but other chips share the core (Ampere Altra is
+/// also Neoverse-N1, a Raspberry Pi 4 is Cortex-A72) and draw different power, so a match
+/// through it is reported as a core match, not as the CPU model's.
+pub(crate) fn names_core_only(processor: &str) -> bool {
+    let key = name_key(processor);
+    ALIASES.iter().any(|(_, core)| *core == key)
 }
 
 #[cfg(test)]
@@ -317,6 +332,11 @@ mod tests {
             assert_eq!(cpu_key(a), cpu_key(b), "{a} vs {b}");
             assert!(cpu_key(a).is_some(), "{a}");
         }
+        assert!(names_core_only("ARM Neoverse-N1"));
+        assert!(names_core_only("ARM Cortex-A72"));
+        assert!(!names_core_only("Graviton2"));
+        assert!(!names_core_only("aws_graviton"));
+        assert!(!names_core_only("Xeon Platinum 8259CL"));
         // Exact, not substring: a v2 is not the v1 part, an 8259 is not an 8259CL.
         assert_ne!(cpu_key("Xeon E5-2660"), cpu_key("Xeon E5-2660 v2"));
         assert_ne!(
