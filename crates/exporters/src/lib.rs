@@ -44,4 +44,6 @@ pub use level::{Level, LevelError, MetricsLevel};
 pub use registry::{metrics_markdown, Desc, Describe, MetricType};
 pub use server::{bind, serve, ServeError, Server};
 pub use state::{AgentState, Readiness};
-pub use web_config::{ClientAuth, Pem, TlsConfig, TlsVersion, WebConfig, WebConfigError};
+pub use web_config::{
+    BcryptHash, ClientAuth, Pem, TlsConfig, TlsVersion, WebConfig, WebConfigError,
+};

@@ -4,6 +4,7 @@
 use std::collections::{HashMap, HashSet};
 use std::future::Future;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
@@ -17,15 +18,26 @@ use axum::routing::get;
 use axum::Router;
 use base64::Engine as _;
 use ring::hmac;
+use tokio::sync::Semaphore;
 
 use crate::encode::Format;
 use crate::state::{AgentState, Readiness};
-use crate::web_config::{WebConfig, WebConfigError};
+use crate::web_config::{BcryptHash, WebConfig, WebConfigError};
 
 /// How long in-flight requests may take to finish once shutdown starts.
 const GRACE: Duration = Duration::from_secs(5);
-/// A connection must send its first request within this time (slow-loris guard).
+/// A new connection must have its first request dispatched within this time. This bounds what
+/// hyper's own timers do not: protocol detection (HTTP/1 or the HTTP/2 preface) and the first
+/// request of an HTTP/2 connection. For TLS the clock starts after the handshake, which the
+/// rustls acceptor bounds by itself (10 s by default).
 const FIRST_REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
+/// An HTTP/1 connection must deliver each request's complete header within this time (the
+/// slow-loris guard on keep-alive connections; axum-server turns hyper's default off). Hyper
+/// starts the clock as soon as it waits for the next request, so this also closes HTTP/1
+/// connections left idle this long; it is above Prometheus' default 1 m scrape interval so that
+/// a scraper's keep-alive connection normally survives between scrapes. HTTP/2 connections
+/// (prior-knowledge clients only, see [`WebConfig::http1_only`]) are not covered by it.
+const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(90);
 
 #[derive(Debug, thiserror::Error)]
 pub enum ServeError {
@@ -56,6 +68,7 @@ pub struct Server {
     listeners: Vec<std::net::TcpListener>,
     addrs: Vec<SocketAddr>,
     tls: Option<Arc<rustls::ServerConfig>>,
+    http1_only: bool,
     guard: Arc<Guard>,
 }
 
@@ -64,6 +77,7 @@ impl std::fmt::Debug for Server {
         f.debug_struct("Server")
             .field("addrs", &self.addrs)
             .field("tls", &self.tls.is_some())
+            .field("http1_only", &self.http1_only)
             .field("basic_auth", &self.guard.auth.is_some())
             .finish()
     }
@@ -94,6 +108,7 @@ pub async fn bind(listen: &[String], web: Option<WebConfig>) -> Result<Server, S
         listeners,
         addrs,
         tls,
+        http1_only: web.as_ref().is_some_and(|w| w.http1_only),
         guard: Arc::new(guard),
     })
 }
@@ -181,15 +196,15 @@ impl Server {
                     let config = axum_server::tls_rustls::RustlsConfig::from_config(tls.clone());
                     let server = axum_server::from_tcp_rustls(listener, config)
                         .map_err(serve_err)?
-                        .handle(handle)
-                        .first_request_timeout(FIRST_REQUEST_TIMEOUT);
+                        .handle(handle);
+                    let server = limit_connections(server, self.http1_only);
                     tasks.spawn(async move { server.serve(make).await.map_err(serve_err) });
                 }
                 None => {
                     let server = axum_server::from_tcp(listener)
                         .map_err(serve_err)?
-                        .handle(handle)
-                        .first_request_timeout(FIRST_REQUEST_TIMEOUT);
+                        .handle(handle);
+                    let server = limit_connections(server, self.http1_only);
                     tasks.spawn(async move { server.serve(make).await.map_err(serve_err) });
                 }
             }
@@ -222,6 +237,24 @@ impl Server {
         }
         result
     }
+}
+
+/// The per-connection limits, the same for plain and TLS listeners.
+fn limit_connections<A: axum_server::Address, Acc>(
+    server: axum_server::Server<A, Acc>,
+    http1_only: bool,
+) -> axum_server::Server<A, Acc> {
+    let mut server = if http1_only {
+        server.http1_only()
+    } else {
+        server
+    };
+    // axum-server's builder already has a Tokio timer, which hyper needs for this timeout.
+    server
+        .http_builder()
+        .http1()
+        .header_read_timeout(HEADER_READ_TIMEOUT);
+    server.first_request_timeout(FIRST_REQUEST_TIMEOUT)
 }
 
 fn router(state: Arc<AgentState>, guard: Arc<Guard>) -> Router {
@@ -290,27 +323,18 @@ struct Guard {
 }
 
 impl Guard {
+    /// `web` was checked when it was parsed (header names and values, bcrypt hashes); what can
+    /// still fail here is preparing basic auth (randomness, the dummy hash).
     fn new(web: &WebConfig) -> Result<Guard, WebConfigError> {
-        let mut headers = Vec::new();
-        for (name, value) in &web.headers {
-            // Checked when the config was parsed; a failure here would be a bug, so report it
-            // as a config error rather than panic.
-            let field_err = || WebConfigError::Field {
-                file: web.file.clone(),
-                field: format!("http_server_config.headers.{name}"),
-                message: "not a valid HTTP header".to_string(),
-            };
-            headers.push((
-                HeaderName::from_bytes(name.as_bytes()).map_err(|_| field_err())?,
-                HeaderValue::from_str(value).map_err(|_| field_err())?,
-            ));
-        }
         let auth = if web.basic_auth_users.is_empty() {
             None
         } else {
             Some(BasicAuth::new(web)?)
         };
-        Ok(Guard { auth, headers })
+        Ok(Guard {
+            auth,
+            headers: web.headers.clone(),
+        })
     }
 }
 
@@ -336,46 +360,63 @@ async fn guard_layer(State(guard): State<Arc<Guard>>, request: Request, next: Ne
 /// usual cost), too slow to pay on every scrape, so a successful check is remembered under an
 /// HMAC of the presented credentials with a per-process random key: the cache holds no
 /// password, and its keys are useless outside this process.
+///
+/// Failed checks are not cached, so every request with bad credentials costs a bcrypt run. To
+/// keep an unauthenticated client from occupying every core with them, at most
+/// [`BasicAuth::MAX_CONCURRENT_BCRYPT`] run at once and further requests wait their turn
+/// (exporter-toolkit serialises them behind a mutex). Credentials already verified skip the
+/// queue, so a scraper that has authenticated once keeps being answered during such a flood.
 struct BasicAuth {
-    users: HashMap<String, String>,
+    users: HashMap<String, BcryptHash>,
     /// Checked for unknown users so that a wrong name costs as much as a wrong password, which
     /// keeps user names from being probed by timing.
     dummy_hash: String,
     key: hmac::Key,
     verified: Mutex<HashSet<[u8; 32]>>,
+    /// One permit per bcrypt run allowed at a time.
+    bcrypt_permits: Arc<Semaphore>,
+    /// bcrypt runs in progress and the most seen at once, so that tests can check the bound.
+    bcrypt_running: Arc<BcryptRunning>,
+}
+
+#[derive(Default)]
+struct BcryptRunning {
+    now: AtomicUsize,
+    peak: AtomicUsize,
 }
 
 impl BasicAuth {
     /// Bounds the cache; every entry is a distinct valid credential, so this is only reached
     /// by many users or password changes without restart.
     const MAX_CACHED: usize = 1024;
+    /// Small enough to leave cores for the tick loop and for scrapes; two rather than the
+    /// toolkit's one so that a single check in progress does not stall every other login.
+    const MAX_CONCURRENT_BCRYPT: usize = 2;
 
     fn new(web: &WebConfig) -> Result<BasicAuth, WebConfigError> {
-        let err = |field: &str, message: String| WebConfigError::Field {
+        let err = |message: String| WebConfigError::Field {
             file: web.file.clone(),
-            field: field.to_string(),
+            field: "basic_auth_users".to_string(),
             message,
         };
-        let mut cost = 4;
-        for (user, hash) in &web.basic_auth_users {
-            let parts: bcrypt::HashParts = hash.parse().map_err(|_| {
-                err(
-                    &format!("basic_auth_users.{user}"),
-                    "not a bcrypt hash".into(),
-                )
-            })?;
-            cost = cost.max(parts.get_cost());
-        }
+        // bcrypt's minimum cost; the dummy hash costs as much as the dearest real one.
+        let cost = web
+            .basic_auth_users
+            .values()
+            .map(BcryptHash::cost)
+            .fold(4, u32::max);
         let dummy_hash = bcrypt::hash("kepler-dummy-password", cost)
-            .map_err(|e| err("basic_auth_users", format!("preparing bcrypt: {e}")))?;
+            .map_err(|e| err(format!("preparing bcrypt: {e}")))?;
         let rng = ring::rand::SystemRandom::new();
         let key = hmac::Key::generate(hmac::HMAC_SHA256, &rng)
-            .map_err(|_| err("basic_auth_users", "no system randomness".into()))?;
+            .map_err(|_| err("no system randomness".into()))?;
         Ok(BasicAuth {
             users: web.basic_auth_users.clone().into_iter().collect(),
             dummy_hash,
             key,
             verified: Mutex::new(HashSet::new()),
+            bcrypt_permits: Arc::new(Semaphore::new(Self::MAX_CONCURRENT_BCRYPT)),
+            bcrypt_running: Arc::default(),
         })
     }
 
@@ -397,13 +438,26 @@ impl BasicAuth {
             .ok()
             .and_then(|u| self.users.get(u));
         let (hash, known) = match user_hash {
-            Some(h) => (h.clone(), true),
+            Some(h) => (h.as_str().to_string(), true),
             None => (self.dummy_hash.clone(), false),
         };
+        // Wait for a turn (FIFO). The semaphore is never closed, so an error cannot happen;
+        // should it, the request is refused rather than let through.
+        let Ok(permit) = self.bcrypt_permits.clone().acquire_owned().await else {
+            return false;
+        };
+        let running = self.bcrypt_running.clone();
         // bcrypt blocks for tens of milliseconds: keep it off the async workers. Passwords
         // longer than bcrypt's 72 bytes are rejected rather than truncated, as Go's bcrypt does.
         let ok = tokio::task::spawn_blocking(move || {
-            bcrypt::non_truncating_verify(&password, &hash).unwrap_or(false)
+            // The permit lives in the blocking task, not in the request: a client that hangs
+            // up mid-check would otherwise free its permit while bcrypt still runs.
+            let _permit = permit;
+            let now = running.now.fetch_add(1, Ordering::SeqCst) + 1;
+            running.peak.fetch_max(now, Ordering::SeqCst);
+            let ok = bcrypt::non_truncating_verify(&password, &hash).unwrap_or(false);
+            running.now.fetch_sub(1, Ordering::SeqCst);
+            ok
         })
         .await
         .unwrap_or(false);
@@ -457,6 +511,121 @@ mod tests {
             assert!(err.to_string().contains(a), "{err}");
         }
         assert!(matches!(bind(&[], None).await, Err(ServeError::NoAddress)));
+    }
+
+    fn basic(user: &str, password: &str) -> HeaderValue {
+        let encoded =
+            base64::engine::general_purpose::STANDARD.encode(format!("{user}:{password}"));
+        HeaderValue::from_str(&format!("Basic {encoded}")).unwrap()
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn bcrypt_checks_are_bounded_and_verified_credentials_skip_the_queue() {
+        // Cost 6 makes each check long enough that, without the bound, many would overlap.
+        let hash = bcrypt::hash("s3cret", 6).unwrap();
+        let web = WebConfig::parse(
+            &format!("basic_auth_users:\n  alice: '{hash}'\n"),
+            std::path::Path::new("."),
+            "web.yml",
+        )
+        .unwrap();
+        let auth = Arc::new(BasicAuth::new(&web).unwrap());
+        let good = basic("alice", "s3cret");
+        assert!(auth.check(Some(&good)).await);
+        // That check ran bcrypt once; count from here.
+        auth.bcrypt_running.peak.store(0, Ordering::SeqCst);
+
+        // Take every permit: no bcrypt check can start until they are given back.
+        let held = auth
+            .bcrypt_permits
+            .clone()
+            .acquire_many_owned(BasicAuth::MAX_CONCURRENT_BCRYPT as u32)
+            .await
+            .unwrap();
+        let mut bad = tokio::task::JoinSet::new();
+        for i in 0..32 {
+            let auth = auth.clone();
+            // Wrong passwords and unknown users: both cost a bcrypt run.
+            let header = if i % 2 == 0 {
+                basic("alice", &format!("guess{i}"))
+            } else {
+                basic(&format!("user{i}"), "s3cret")
+            };
+            bad.spawn(async move { auth.check(Some(&header)).await });
+        }
+        for _ in 0..100 {
+            tokio::task::yield_now().await;
+        }
+        // Verified credentials are answered from the cache while the bad ones are queued. The
+        // timeout only turns a hang (the cached path waiting for a permit) into a failure.
+        let cached = tokio::time::timeout(Duration::from_secs(30), auth.check(Some(&good)))
+            .await
+            .expect("verified credentials must not wait for a bcrypt permit");
+        assert!(cached);
+        assert_eq!(auth.bcrypt_running.peak.load(Ordering::SeqCst), 0);
+
+        drop(held);
+        while let Some(result) = bad.join_next().await {
+            assert!(!result.unwrap(), "bad credentials were accepted");
+        }
+        let peak = auth.bcrypt_running.peak.load(Ordering::SeqCst);
+        assert!(
+            (1..=BasicAuth::MAX_CONCURRENT_BCRYPT).contains(&peak),
+            "{peak} bcrypt checks ran at once"
+        );
+        assert_eq!(auth.bcrypt_running.now.load(Ordering::SeqCst), 0);
+        assert_eq!(
+            auth.bcrypt_permits.available_permits(),
+            BasicAuth::MAX_CONCURRENT_BCRYPT
+        );
+    }
+
+    /// With the clock paused, Tokio jumps to the next timer whenever every task waits, so this
+    /// runs instantly and does not depend on how fast the machine is.
+    #[tokio::test(start_paused = true)]
+    async fn http1_connections_that_stall_in_a_header_are_closed() {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+        let server = bind(&["127.0.0.1:0".to_string()], None).await.unwrap();
+        let addr = server.local_addrs()[0];
+        let state = Arc::new(AgentState::new(crate::ExportContext::new("n")));
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let serving = tokio::spawn(server.serve(state, async {
+            let _ = stopped.await;
+        }));
+
+        let mut conn = tokio::net::TcpStream::connect(addr).await.unwrap();
+        // A complete first request: past the first-request timeout, into keep-alive.
+        conn.write_all(b"GET /healthz HTTP/1.1\r\nHost: k\r\n\r\n")
+            .await
+            .unwrap();
+        let mut buf = [0u8; 1024];
+        let mut response = Vec::new();
+        while !response.ends_with(b"\r\n\r\nok") {
+            let n = conn.read(&mut buf).await.unwrap();
+            assert!(n > 0, "closed before answering");
+            response.extend_from_slice(&buf[..n]);
+        }
+        // A second request whose header never ends.
+        conn.write_all(b"GET /healthz HTTP/1.1\r\nHost: k\r\n")
+            .await
+            .unwrap();
+        let started = tokio::time::Instant::now();
+        let closed = tokio::time::timeout(HEADER_READ_TIMEOUT * 2, async {
+            loop {
+                match conn.read(&mut buf).await {
+                    Ok(0) | Err(_) => break,
+                    // An error response (408) may come before the close.
+                    Ok(_) => {}
+                }
+            }
+        })
+        .await;
+        assert!(closed.is_ok(), "the stalled connection was left open");
+        assert!(started.elapsed() <= HEADER_READ_TIMEOUT);
+
+        let _ = stop.send(());
+        serving.await.unwrap().unwrap();
     }
 
     #[tokio::test]

@@ -64,7 +64,10 @@ impl AgentState {
         });
     }
 
-    /// Replaces the zone sources (after the meter changed, e.g. a fallback to a model).
+    /// Replaces the zone sources. The contract: callers call this whenever the mapping from
+    /// zones to meter, provenance and model changes (zones appearing or disappearing, a meter
+    /// replaced, a fallback to or between models), so that the exported source info matches
+    /// the snapshots published after it. Nothing here detects such changes.
     pub fn set_zone_sources(&self, sources: Vec<ZoneSource>) {
         self.context.rcu(|c| {
             let mut c = ExportContext::clone(c);

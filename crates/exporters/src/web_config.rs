@@ -10,6 +10,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+use axum::http::{HeaderName, HeaderValue};
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use serde::Deserialize;
@@ -96,17 +97,57 @@ pub struct TlsConfig {
     pub client_ca: Option<Pem>,
 }
 
-/// A parsed web config.
+/// A bcrypt hash from `basic_auth_users`, checked when the config was parsed.
+#[derive(Clone, PartialEq, Eq)]
+pub struct BcryptHash {
+    hash: String,
+    cost: u32,
+}
+
+impl BcryptHash {
+    /// Parses the modular-crypt form (`$2y$10$...`); `None` if it is not a bcrypt hash.
+    pub fn parse(hash: &str) -> Option<BcryptHash> {
+        let parts = hash.parse::<bcrypt::HashParts>().ok()?;
+        Some(BcryptHash {
+            hash: hash.to_string(),
+            cost: parts.get_cost(),
+        })
+    }
+
+    /// The hash as written in the config, for `bcrypt::verify`.
+    pub fn as_str(&self) -> &str {
+        &self.hash
+    }
+
+    /// The bcrypt cost (log2 of the rounds).
+    pub fn cost(&self) -> u32 {
+        self.cost
+    }
+}
+
+impl std::fmt::Debug for BcryptHash {
+    // The digest of a secret stays out of logs and panic messages.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "BcryptHash(cost {}, redacted)", self.cost)
+    }
+}
+
+/// A parsed web config. Everything in it has been checked: the server uses the values as they
+/// are, without checking them again.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct WebConfig {
     /// Where it was read from (for error messages), or `<inline>`.
     pub file: String,
-    /// `None`: plain HTTP (also when `tls_server_config` names no certificate, as the toolkit).
+    /// `None`: plain HTTP (also when `tls_server_config` sets none of certificate, key, client
+    /// CA and client auth type, as the toolkit).
     pub tls: Option<TlsConfig>,
     /// User name → bcrypt hash.
-    pub basic_auth_users: BTreeMap<String, String>,
+    pub basic_auth_users: BTreeMap<String, BcryptHash>,
     /// Extra response headers (`http_server_config.headers`).
-    pub headers: Vec<(String, String)>,
+    pub headers: Vec<(HeaderName, HeaderValue)>,
+    /// `http_server_config.http2: false`: serve HTTP/1 only. By default a client that opens
+    /// with the HTTP/2 preface (prior knowledge) is served HTTP/2.
+    pub http1_only: bool,
 }
 
 #[derive(Deserialize)]
@@ -198,20 +239,21 @@ impl WebConfig {
             }
             // Checked now so that a typo fails at start-up, not as a 401 at every scrape. The
             // hash itself is not echoed: it is a secret's digest.
-            if hash.parse::<bcrypt::HashParts>().is_err() {
+            let Some(hash) = BcryptHash::parse(&hash) else {
                 return Err(field_err(
                     &field,
                     "not a bcrypt hash (expected the $2y$/$2b$ form, e.g. from `htpasswd -nBC 10`)"
                         .to_string(),
                 ));
-            }
+            };
             config.basic_auth_users.insert(user, hash);
         }
 
         if let Some(http) = raw.http_server_config {
-            // We serve HTTP/1.1 only; `http2: true` (the toolkit's default) is a preference,
-            // not a requirement, so it is accepted.
-            let _ = http.http2;
+            // As the toolkit: HTTP/2 is on unless `http2: false`. Here "on" means that a client
+            // opening with the HTTP/2 preface is served HTTP/2 (TLS offers only http/1.1 in
+            // ALPN, see `rustls_config`); `false` makes every connection HTTP/1.
+            config.http1_only = http.http2 == Some(false);
             for (name, value) in http.headers.unwrap_or_default() {
                 let field = format!("http_server_config.headers.{name}");
                 let lower = name.to_ascii_lowercase();
@@ -230,11 +272,12 @@ impl WebConfig {
                         "this header is set by the server".to_string(),
                     ));
                 }
-                if axum::http::HeaderName::from_bytes(name.as_bytes()).is_err()
-                    || axum::http::HeaderValue::from_str(&value).is_err()
-                {
+                let (Ok(name), Ok(value)) = (
+                    HeaderName::from_bytes(name.as_bytes()),
+                    HeaderValue::from_str(&value),
+                ) else {
                     return Err(field_err(&field, "not a valid HTTP header".to_string()));
-                }
+                };
                 config.headers.push((name, value));
             }
         }
@@ -292,23 +335,34 @@ impl WebConfig {
         let cert = one_of(raw.cert_file, raw.cert, "cert")?;
         let key = one_of(raw.key_file, raw.key, "key")?;
         let client_ca = one_of(raw.client_ca_file, raw.client_ca, "client_ca")?;
-        let (cert, key) = match (cert, key) {
-            // As the toolkit: a TLS section without certificate and key means plain HTTP.
-            (None, None) => return Ok(None),
-            (Some(_), None) => {
-                return Err(field_err(
-                    "tls_server_config.key_file",
-                    "missing (cert_file is set)".to_string(),
-                ))
-            }
-            (None, Some(_)) => {
-                return Err(field_err(
-                    "tls_server_config.cert_file",
-                    "missing (key_file is set)".to_string(),
-                ))
-            }
-            (Some(c), Some(k)) => (c, k),
+        let client_auth_type = non_empty(raw.client_auth_type);
+        // As the toolkit: the section means plain HTTP only when it sets none of certificate,
+        // key, client CA and client auth type. Any one of them shows that TLS was intended, so
+        // a missing certificate or key must stop start-up rather than quietly serve plain HTTP
+        // (with client certificates, say, never checked).
+        let set: Vec<&str> = [
+            (cert.is_some(), "cert"),
+            (key.is_some(), "key"),
+            (client_ca.is_some(), "client_ca"),
+            (client_auth_type.is_some(), "client_auth_type"),
+        ]
+        .into_iter()
+        .filter_map(|(present, name)| present.then_some(name))
+        .collect();
+        if set.is_empty() {
+            return Ok(None);
+        }
+        let missing = |name: &str| {
+            field_err(
+                &format!("tls_server_config.{name}_file"),
+                format!(
+                    "missing: give {name}_file or {name} (the TLS section sets {})",
+                    set.join(", ")
+                ),
+            )
         };
+        let cert = cert.ok_or_else(|| missing("cert"))?;
+        let key = key.ok_or_else(|| missing("key"))?;
 
         let version = |field: &str, v: Option<String>| -> Result<Option<TlsVersion>, _> {
             match non_empty(v) {
@@ -345,7 +399,7 @@ impl WebConfig {
             );
         }
 
-        let client_auth = match non_empty(raw.client_auth_type).as_deref().map(str::trim) {
+        let client_auth = match client_auth_type.as_deref().map(str::trim) {
             None | Some("NoClientCert") => ClientAuth::None,
             Some("VerifyClientCertIfGiven") => ClientAuth::VerifyIfGiven,
             Some("RequireAndVerifyClientCert") => ClientAuth::RequireAndVerify,
@@ -469,7 +523,10 @@ impl WebConfig {
                 format!("does not match the certificate or is unusable: {e}"),
             )
         })?;
-        // The server speaks HTTP/1.1 only.
+        // Only http/1.1 is offered in ALPN, so TLS clients (Prometheus, curl) speak HTTP/1.1,
+        // which the server's header read timeout covers. This does not make the server
+        // HTTP/1-only: a client that skips ALPN and opens with the HTTP/2 preface is still
+        // served HTTP/2 unless `http2: false` is set.
         config.alpn_protocols = vec![b"http/1.1".to_vec()];
         Ok(Some(Arc::new(config)))
     }
@@ -499,12 +556,29 @@ mod tests {
              http_server_config:\n  http2: true\n  headers:\n    X-Frame-Options: deny\n"
         ))
         .unwrap();
-        let tls = c.tls.unwrap();
+        let tls = c.tls.clone().unwrap();
         assert_eq!(tls.cert, Pem::File("/etc/kepler/tls.crt".into()));
         assert_eq!(tls.key, Pem::File("/abs/tls.key".into()));
         assert_eq!(tls.min_version, TlsVersion::Tls13);
-        assert_eq!(c.basic_auth_users["alice"], hash);
-        assert_eq!(c.headers, vec![("X-Frame-Options".into(), "deny".into())]);
+        assert_eq!(c.basic_auth_users["alice"].as_str(), hash);
+        assert_eq!(c.basic_auth_users["alice"].cost(), 4);
+        assert!(
+            !format!("{c:?}").contains(&hash),
+            "hashes stay out of Debug"
+        );
+        assert_eq!(
+            c.headers,
+            vec![(
+                HeaderName::from_static("x-frame-options"),
+                HeaderValue::from_static("deny")
+            )]
+        );
+        assert!(!c.http1_only);
+        assert!(
+            parse("http_server_config:\n  http2: false\n")
+                .unwrap()
+                .http1_only
+        );
     }
 
     #[test]
@@ -517,6 +591,40 @@ mod tests {
             ))
             .unwrap()
             .tls,
+            None
+        );
+    }
+
+    #[test]
+    fn client_auth_without_certificate_is_an_error_not_plain_http() {
+        // Any of the TLS-intent fields without a certificate and key must fail, naming the
+        // missing field, rather than fall back to plain HTTP.
+        for (section, missing) in [
+            (
+                "client_auth_type: RequireAndVerifyClientCert\n  client_ca_file: ca.crt",
+                "tls_server_config.cert_file",
+            ),
+            (
+                "client_auth_type: NoClientCert",
+                "tls_server_config.cert_file",
+            ),
+            ("client_ca_file: ca.crt", "tls_server_config.cert_file"),
+            ("client_ca: inline-pem", "tls_server_config.cert_file"),
+            (
+                "cert_file: tls.crt\n  client_auth_type: VerifyClientCertIfGiven",
+                "tls_server_config.key_file",
+            ),
+            ("key: inline-key", "tls_server_config.cert_file"),
+        ] {
+            let err = parse(&format!("tls_server_config:\n  {section}\n")).unwrap_err();
+            let text = err.to_string();
+            assert_eq!(field_of(err), missing, "{section}: {text}");
+        }
+        // Fields that do not by themselves ask for TLS still leave the section empty.
+        assert_eq!(
+            parse("tls_server_config:\n  min_version: TLS13\n  client_auth_type: ''\n")
+                .unwrap()
+                .tls,
             None
         );
     }

@@ -174,31 +174,68 @@ fn without_snapshot_only_build_cpu_and_agent_info() {
     );
 }
 
-/// Samples of a family must be contiguous and follow their HELP and TYPE lines.
+/// Samples of a family must be contiguous and follow their HELP and TYPE lines, and be named
+/// as the format requires: in text 0.0.4 exactly as the family; in OpenMetrics a counter's
+/// samples are `<family>_total` and a gauge's are named as the family.
 fn check_grouping(text: &str, format: Format) {
     let mut seen = HashSet::new();
-    let mut current: Option<String> = None;
+    let mut current: Option<(String, String)> = None;
     let mut lines = text.lines().peekable();
     while let Some(line) = lines.next() {
         if let Some(rest) = line.strip_prefix("# HELP ") {
             let family = rest.split(' ').next().unwrap().to_string();
             assert!(seen.insert(family.clone()), "family {family} appears twice");
             let ty = lines.next().unwrap();
-            assert!(ty.starts_with(&format!("# TYPE {family} ")), "{ty}");
-            current = Some(family);
+            let kind = ty
+                .strip_prefix(&format!("# TYPE {family} "))
+                .unwrap_or_else(|| panic!("{ty} does not follow # HELP {family}"));
+            assert!(matches!(kind, "counter" | "gauge"), "{ty}");
+            current = Some((family, kind.to_string()));
         } else if line == "# EOF" {
             assert_eq!(format, Format::OpenMetrics);
             assert!(lines.peek().is_none(), "# EOF must be last");
         } else {
             let name = line.split(['{', ' ']).next().unwrap();
-            let family = current.as_deref().expect("sample before any HELP");
-            let ok = match format {
-                Format::Text004 => name == family,
-                Format::OpenMetrics => name == family || name == format!("{family}_total"),
+            let (family, kind) = current.as_ref().expect("sample before any HELP");
+            let expected = match (format, kind.as_str()) {
+                (Format::OpenMetrics, "counter") => format!("{family}_total"),
+                _ => family.clone(),
             };
-            assert!(ok, "sample {name} under family {family}");
+            assert_eq!(
+                name, expected,
+                "{kind} sample under family {family} ({format:?})"
+            );
         }
     }
+}
+
+#[test]
+fn check_grouping_rejects_misnamed_samples() {
+    let bad = [
+        // An OpenMetrics counter sample without _total.
+        (
+            "# HELP x_joules a\n# TYPE x_joules counter\nx_joules 1\n# EOF\n",
+            Format::OpenMetrics,
+        ),
+        // A gauge sample with it.
+        (
+            "# HELP x_watts a\n# TYPE x_watts gauge\nx_watts_total 1\n# EOF\n",
+            Format::OpenMetrics,
+        ),
+        // Text 0.0.4 names samples exactly as the family.
+        (
+            "# HELP x_joules_total a\n# TYPE x_joules_total counter\nx_joules 1\n",
+            Format::Text004,
+        ),
+    ];
+    for (text, format) in bad {
+        let caught = std::panic::catch_unwind(|| check_grouping(text, format)).is_err();
+        assert!(caught, "check_grouping accepted {text:?} as {format:?}");
+    }
+    check_grouping(
+        "# HELP x_joules a\n# TYPE x_joules counter\nx_joules_total 1\n# EOF\n",
+        Format::OpenMetrics,
+    );
 }
 
 #[test]
@@ -257,7 +294,7 @@ fn promtool_check(text: &str) -> Option<(bool, String)> {
     {
         Ok(c) => c,
         Err(e) => {
-            println!("note: promtool not runnable ({e}); skipping the promtool check");
+            support::skip_missing_tool(&format!("promtool check: promtool not runnable ({e})"));
             return None;
         }
     };

@@ -193,6 +193,63 @@ async fn shutdown_closes_the_listener() {
     assert!(tokio::net::TcpStream::connect(addr).await.is_err());
 }
 
+/// Opens a connection with the HTTP/2 preface and an empty SETTINGS frame (prior knowledge, no
+/// upgrade) and returns what the server sends first, up to one frame header.
+async fn answer_to_h2_preface(addr: SocketAddr) -> Vec<u8> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut conn = tokio::net::TcpStream::connect(addr).await.unwrap();
+    conn.write_all(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n\0\0\0\x04\0\0\0\0\0")
+        .await
+        .unwrap();
+    let mut answer = Vec::new();
+    let mut buf = [0u8; 64];
+    // The timeout only turns a hang into a failure.
+    tokio::time::timeout(Duration::from_secs(30), async {
+        while answer.len() < 9 {
+            match conn.read(&mut buf).await {
+                Ok(0) | Err(_) => break,
+                Ok(n) => answer.extend_from_slice(&buf[..n]),
+            }
+        }
+    })
+    .await
+    .expect("the server neither answered nor closed");
+    answer
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn h2c_prior_knowledge_unless_http2_is_off() {
+    // Default: the plain listener serves HTTP/2 to a client that opens with its preface; the
+    // server's first frame is a SETTINGS frame (type 4, not an ACK).
+    let srv = start(None).await;
+    let answer = answer_to_h2_preface(srv.addr).await;
+    assert!(
+        answer.len() >= 9 && answer[3] == 0x04 && answer[4] & 1 == 0,
+        "{answer:?}"
+    );
+    srv.stop().await;
+
+    // `http2: false`: HTTP/1 only; the preface is not answered with HTTP/2.
+    let dir = tempfile::tempdir().unwrap();
+    let web = web_config(dir.path(), "http_server_config:\n  http2: false\n");
+    assert!(web.http1_only);
+    let srv = start(Some(web)).await;
+    let answer = answer_to_h2_preface(srv.addr).await;
+    assert!(
+        answer.is_empty() || answer.starts_with(b"HTTP/1.1 "),
+        "{:?}",
+        String::from_utf8_lossy(&answer)
+    );
+    // HTTP/1.1 still works.
+    let r = client()
+        .get(format!("http://{}/healthz", srv.addr))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::OK);
+    srv.stop().await;
+}
+
 fn web_config(dir: &Path, yaml: &str) -> WebConfig {
     let path = dir.join("web.yml");
     std::fs::write(&path, yaml).unwrap();
@@ -259,6 +316,48 @@ async fn basic_auth_guards_every_endpoint() {
         .await
         .unwrap();
     assert_eq!(r.status(), StatusCode::UNAUTHORIZED);
+    srv.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_flood_of_bad_credentials_does_not_lock_out_a_verified_scraper() {
+    let dir = tempfile::tempdir().unwrap();
+    let hash = bcrypt::hash("s3cret", 6).unwrap();
+    let web = web_config(
+        dir.path(),
+        &format!("basic_auth_users:\n  alice: '{hash}'\n"),
+    );
+    let srv = start(Some(web)).await;
+    publish(&srv.state);
+    let url = format!("http://{}/metrics", srv.addr);
+    // Generous: the flood is served a few bcrypt runs at a time, and this box may be loaded.
+    let c = reqwest::Client::builder()
+        .timeout(Duration::from_secs(120))
+        .build()
+        .unwrap();
+    let alice = |c: &reqwest::Client| c.get(&url).basic_auth("alice", Some("s3cret")).send();
+    assert_eq!(alice(&c).await.unwrap().status(), StatusCode::OK);
+
+    let mut flood = tokio::task::JoinSet::new();
+    for i in 0..48 {
+        let (c, url) = (c.clone(), url.clone());
+        flood.spawn(async move {
+            let user = if i % 2 == 0 { "alice" } else { "mallory" };
+            c.get(&url)
+                .basic_auth(user, Some(format!("guess{i}")))
+                .send()
+                .await
+                .map(|r| r.status())
+        });
+    }
+    // Served from the credential cache, without queueing behind the flood's bcrypt runs.
+    for _ in 0..5 {
+        assert_eq!(alice(&c).await.unwrap().status(), StatusCode::OK);
+    }
+    // Every queued request still gets its answer.
+    while let Some(result) = flood.join_next().await {
+        assert_eq!(result.unwrap().unwrap(), StatusCode::UNAUTHORIZED);
+    }
     srv.stop().await;
 }
 
