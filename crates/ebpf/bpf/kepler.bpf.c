@@ -79,7 +79,7 @@ enum kstat {
 	KSTAT_TASKS_FULL = 0, /* a new tgid found `tasks` full: its time is lost */
 	KSTAT_EXITS_LOST = 1, /* `exits` was full: an exited group's totals are lost */
 	KSTAT_TGID_REUSED = 2, /* a stale entry was found for a reused tgid and handed over */
-	KSTAT_COUNT = 4,
+	KSTAT_COUNT, /* the number of slots: keep it last */
 };
 
 struct {

@@ -89,5 +89,6 @@ fn main() {
             count,
             stats.dropped()
         );
+        println!("ebpf: {stats}");
     }
 }

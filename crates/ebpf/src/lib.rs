@@ -26,6 +26,7 @@ mod perf;
 mod proc;
 mod source;
 
+use std::fmt;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -42,7 +43,8 @@ pub struct EbpfSettings {
     /// [`EbpfStats::tasks_full`].
     pub max_processes: u32,
     /// Bytes of the ring buffer holding exited groups between two snapshots (rounded up to a
-    /// power of two; one record is 128 bytes with its header, so 4 MiB holds ~32k exits).
+    /// power of two; a record takes 136 bytes, 128 of data and the ring's 8-byte header, so
+    /// 4 MiB holds ~30.8k exits).
     pub exit_buffer_bytes: u32,
     pub page_cache: bool,
     pub softirq: bool,
@@ -69,26 +71,53 @@ impl Default for EbpfSettings {
 pub struct EbpfStats {
     /// New groups not tracked because the process map was full (their time is lost).
     pub tasks_full: AtomicU64,
-    /// Exited groups lost because the ring buffer was full.
+    /// Exited groups whose totals are lost: the ring buffer was full, or snapshots kept
+    /// failing while drained records piled up in user space.
     pub exits_lost: AtomicU64,
-    /// Stale entries found for a reused tgid (handed over as exited).
-    pub tgid_reused: AtomicU64,
-    /// Entries of vanished processes removed by user space.
-    pub gc_removed: AtomicU64,
-    /// Map entries that disappeared while being read (harmless: they are in the ring).
-    pub map_read_errors: AtomicU64,
+    /// Exit records too short to parse (a kernel/user-space layout mismatch, never expected):
+    /// their totals are lost.
     pub malformed_records: AtomicU64,
-    pub snapshots: AtomicU64,
+    /// Failed reads of the process map. The snapshot misses the entries not read yet; nothing
+    /// is lost, since the next snapshot reports their cumulative totals.
+    pub map_read_errors: AtomicU64,
+    /// Races recovered without loss: stale entries the kernel found for a reused tgid and
+    /// handed over as exited.
+    pub tgid_reused: AtomicU64,
+    /// Races recovered without loss: entries of processes gone without an exit record,
+    /// removed and reported as exited by user space.
+    pub gc_removed: AtomicU64,
     /// Groups in the process map at the last snapshot.
     pub tracked_processes: AtomicU64,
 }
 
 impl EbpfStats {
-    /// Entries dropped for lack of room, in the kernel maps together: the self-metric.
+    /// Process data lost for lack of room or to unreadable records: the self-metric.
     pub fn dropped(&self) -> u64 {
-        self.tasks_full
-            .load(Ordering::Relaxed)
-            .saturating_add(self.exits_lost.load(Ordering::Relaxed))
+        let get = |c: &AtomicU64| c.load(Ordering::Relaxed);
+        get(&self.tasks_full)
+            .saturating_add(get(&self.exits_lost))
+            .saturating_add(get(&self.malformed_records))
+    }
+}
+
+/// One line for the agent's log, with the causes behind [`EbpfStats::dropped`] and the races
+/// that were recovered.
+impl fmt::Display for EbpfStats {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let get = |c: &AtomicU64| c.load(Ordering::Relaxed);
+        write!(
+            f,
+            "{} processes tracked; lost: {} new (map full), {} exited (ring full or held too \
+             long), {} malformed records; recovered: {} reused tgids, {} gone entries \
+             collected; {} map read errors",
+            get(&self.tracked_processes),
+            get(&self.tasks_full),
+            get(&self.exits_lost),
+            get(&self.malformed_records),
+            get(&self.tgid_reused),
+            get(&self.gc_removed),
+            get(&self.map_read_errors),
+        )
     }
 }
 
@@ -101,4 +130,52 @@ pub fn probe(procfs: impl Into<PathBuf>, settings: &EbpfSettings) -> Result<Stri
         "eBPF: sched_switch accounting on; {}",
         source.probes()
     ))
+}
+
+#[cfg(test)]
+pub(crate) mod test_support {
+    /// True (and a printed reason) when a test that loads BPF programs cannot run here. With
+    /// `KEPLER_REQUIRE_TOOLS=1` (CI sets it) the missing privilege fails the test instead: a
+    /// green CI run must mean these tests ran.
+    pub(crate) fn skip_unless_root(test: &str) -> bool {
+        // SAFETY: geteuid has no preconditions.
+        if unsafe { libc::geteuid() } == 0 {
+            return false;
+        }
+        let reason = "needs root to load eBPF programs";
+        assert!(
+            std::env::var("KEPLER_REQUIRE_TOOLS").as_deref() != Ok("1"),
+            "{test}: {reason} (KEPLER_REQUIRE_TOOLS=1)"
+        );
+        println!("SKIP {test}: {reason}");
+        true
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lost_data_is_dropped_and_recovered_races_are_not() {
+        let stats = EbpfStats::default();
+        stats.tasks_full.store(1, Ordering::Relaxed);
+        stats.exits_lost.store(2, Ordering::Relaxed);
+        stats.malformed_records.store(4, Ordering::Relaxed);
+        stats.map_read_errors.store(8, Ordering::Relaxed);
+        stats.tgid_reused.store(16, Ordering::Relaxed);
+        stats.gc_removed.store(32, Ordering::Relaxed);
+        assert_eq!(stats.dropped(), 7);
+        let line = stats.to_string();
+        for part in [
+            "1 new",
+            "2 exited",
+            "4 malformed",
+            "8 map read",
+            "16 reused",
+            "32 gone",
+        ] {
+            assert!(line.contains(part), "{line}");
+        }
+    }
 }

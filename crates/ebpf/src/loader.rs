@@ -101,30 +101,48 @@ fn ring_size(bytes: u32) -> u32 {
 }
 
 pub(crate) fn load(settings: &EbpfSettings) -> Result<Loaded, Unavailable> {
+    load_with(settings, perf::open_all)
+}
+
+/// `load`, with the function that opens the hardware counters given (tests pass one whose
+/// descriptors the maps refuse).
+fn load_with(
+    settings: &EbpfSettings,
+    open_counters: impl FnOnce(&[u32]) -> Result<perf::Counters, String>,
+) -> Result<Loaded, Unavailable> {
     crate::caps::check_self().map_err(|r| Unavailable::new(format!("eBPF: {r}")))?;
     let btf = Btf::from_sys_fs()
         .map_err(|e| unavailable("kernel BTF (/sys/kernel/btf/vmlinux) unusable", &e))?;
 
-    let (counters, hw_state) = if settings.hw_counters {
-        match aya::util::online_cpus()
+    // The opened counters, or the state that says why there are none.
+    let hw: Result<perf::Counters, ProbeState> = if settings.hw_counters {
+        aya::util::online_cpus()
             .map_err(|(path, e)| format!("reading {path}: {e}"))
-            .and_then(|cpus| perf::open_all(&cpus))
-        {
-            Ok(c) => (Some(c), None),
-            Err(why) => (None, Some(ProbeState::Unavailable(why))),
-        }
+            .and_then(|cpus| open_counters(&cpus))
+            .map_err(ProbeState::Unavailable)
     } else {
-        (None, Some(ProbeState::Disabled))
+        Err(ProbeState::Disabled)
     };
-    let hw_flag: u8 = u8::from(counters.is_some());
 
-    let mut ebpf = EbpfLoader::new()
-        .btf(Some(&btf))
-        .map_max_entries(names::TASKS, settings.max_processes.max(1))
-        .map_max_entries(names::EXITS, ring_size(settings.exit_buffer_bytes))
-        .override_global(names::HW_GLOBAL, &hw_flag, true)
-        .load(OBJECT)
-        .map_err(|e| unavailable("creating maps", &e))?;
+    let mut ebpf = load_object(settings, &btf, hw.is_ok())?;
+    // The descriptors go into maps that exist only once the object is loaded, with the flag
+    // that makes sched_switch read them already fixed (it is read-only data). If storing
+    // fails, the counters are closed and the object loaded again with the flag off, before
+    // anything is attached: no switch then reads half-filled maps, and no perf event stays
+    // open for nothing.
+    let (counters, hw_counters) = match hw {
+        Ok(c) => match store_counters(&ebpf, &c) {
+            Ok(()) => (Some(c), ProbeState::Active(HW_ACTIVE.into())),
+            Err(why) => {
+                tracing::warn!(%why, "hardware counters unavailable");
+                drop(c);
+                drop(ebpf);
+                ebpf = load_object(settings, &btf, false)?;
+                (None, ProbeState::Unavailable(why))
+            }
+        },
+        Err(state) => (None, state),
+    };
 
     attach_switch(&mut ebpf, &btf)?;
     let softirq = if settings.softirq {
@@ -137,12 +155,6 @@ pub(crate) fn load(settings: &EbpfSettings) -> Result<Loaded, Unavailable> {
     } else {
         ProbeState::Disabled
     };
-    let hw_counters = match (hw_state, &counters) {
-        (Some(state), _) => state,
-        (None, Some(c)) => store_counters(&ebpf, c),
-        (None, None) => ProbeState::Disabled,
-    };
-
     let exits = ebpf
         .take_map(names::EXITS)
         .ok_or_else(|| Unavailable::new("eBPF: object has no exits map"))?;
@@ -159,6 +171,19 @@ pub(crate) fn load(settings: &EbpfSettings) -> Result<Loaded, Unavailable> {
         probes,
         _counters: counters,
     })
+}
+
+/// Creates the maps and relocates the programs (nothing is attached yet), with the
+/// hardware-counter flag fixed to `hw_counters`.
+fn load_object(settings: &EbpfSettings, btf: &Btf, hw_counters: bool) -> Result<Ebpf, Unavailable> {
+    let hw_flag = u8::from(hw_counters);
+    EbpfLoader::new()
+        .btf(Some(btf))
+        .map_max_entries(names::TASKS, settings.max_processes.max(1))
+        .map_max_entries(names::EXITS, ring_size(settings.exit_buffer_bytes))
+        .override_global(names::HW_GLOBAL, &hw_flag, true)
+        .load(OBJECT)
+        .map_err(|e| unavailable("creating maps", &e))
 }
 
 fn attach_switch(ebpf: &mut Ebpf, btf: &Btf) -> Result<(), Unavailable> {
@@ -265,19 +290,21 @@ fn attach_page_cache_kprobe(ebpf: &mut Ebpf) -> Result<String, String> {
     Err(errors.join("; "))
 }
 
-fn store_counters(ebpf: &Ebpf, counters: &perf::Counters) -> ProbeState {
+const HW_ACTIVE: &str = "perf_event_open per CPU: cycles, instructions, cache-misses";
+
+/// Puts every counter's descriptor into its map; on failure says which one was refused.
+fn store_counters(ebpf: &Ebpf, counters: &perf::Counters) -> Result<(), String> {
     let maps = [names::HW_CYCLES, names::HW_INSTR, names::HW_CMISS];
     for (map_name, fds) in maps.iter().zip(counters) {
         let Some(Map::PerfEventArray(data)) = ebpf.map(map_name) else {
-            return ProbeState::Unavailable(format!("object has no {map_name} map"));
+            return Err(format!("object has no {map_name} map"));
         };
         for (cpu, fd) in fds {
-            if let Err(e) = perf::store_fd(data.fd().as_fd(), *cpu, fd) {
-                return ProbeState::Unavailable(format!("storing {map_name}[{cpu}]: {e}"));
-            }
+            perf::store_fd(data.fd().as_fd(), *cpu, fd)
+                .map_err(|e| format!("storing {map_name}[{cpu}]: {e}"))?;
         }
     }
-    ProbeState::Active("perf_event_open per CPU: cycles, instructions, cache-misses".into())
+    Ok(())
 }
 
 #[cfg(test)]
@@ -289,6 +316,69 @@ mod tests {
         assert_eq!(ring_size(0), 4096);
         assert_eq!(ring_size(5000), 8192);
         assert_eq!(ring_size(4 << 20), 4 << 20);
+    }
+
+    /// The hardware-counter flag the loaded object runs with (its one byte of `.rodata`).
+    fn hw_flag(ebpf: &Ebpf) -> Option<u8> {
+        let map = ebpf.map(".rodata")?;
+        let arr = aya::maps::Array::<&MapData, u8>::try_from(map).ok()?;
+        arr.get(&0, 0).ok()
+    }
+
+    #[test]
+    fn counters_the_maps_refuse_are_closed_and_their_code_off() {
+        let test = "counters_the_maps_refuse_are_closed_and_their_code_off";
+        if crate::test_support::skip_unless_root(test) {
+            return;
+        }
+        let settings = EbpfSettings {
+            page_cache: false,
+            softirq: false,
+            hw_counters: true,
+            ..Default::default()
+        };
+        let btf = Btf::from_sys_fs().unwrap();
+        // The flag reads back as set when it is.
+        assert_eq!(
+            hw_flag(&load_object(&settings, &btf, true).unwrap()),
+            Some(1)
+        );
+
+        // Descriptors that are not perf events: the first store fails, with the second CPU's
+        // and the other events' counters opened but never stored.
+        let dev_null = || std::os::fd::OwnedFd::from(std::fs::File::open("/dev/null").unwrap());
+        let mut opened: Vec<std::os::fd::RawFd> = Vec::new();
+        let loaded = load_with(&settings, |cpus| {
+            let mut c: perf::Counters = Default::default();
+            for slot in c.iter_mut() {
+                for &cpu in cpus {
+                    let fd = dev_null();
+                    opened.push(std::os::fd::AsRawFd::as_raw_fd(&fd));
+                    slot.push((cpu, fd));
+                }
+            }
+            Ok(c)
+        })
+        .unwrap();
+        match &loaded.probes.hw_counters {
+            ProbeState::Unavailable(why) => assert!(why.starts_with("storing hw_cycles["), "{why}"),
+            other => panic!("hardware counters {other}"),
+        }
+        assert!(loaded._counters.is_none());
+        assert_eq!(
+            hw_flag(&loaded.ebpf),
+            Some(0),
+            "loaded again with the flag off"
+        );
+        // Every descriptor was closed: none of the numbers is open on /dev/null any more (a
+        // number can have been reused, by the reload's maps, but not for /dev/null).
+        for fd in opened {
+            let target = std::fs::read_link(format!("/proc/self/fd/{fd}"));
+            assert!(
+                target.map_or(true, |t| t != std::path::Path::new("/dev/null")),
+                "fd {fd} still open"
+            );
+        }
     }
 
     #[test]

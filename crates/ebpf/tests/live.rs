@@ -1,5 +1,6 @@
 //! Live tests of the eBPF source: they load the real programs, so they need root (CI runs as
-//! root) and print why they skip otherwise. Run with `cargo test -p kepler-ebpf -- --nocapture`
+//! root) and print why they skip otherwise; with `KEPLER_REQUIRE_TOOLS=1` (CI sets it) a
+//! missing privilege or tool fails them instead. Run with `cargo test -p kepler-ebpf -- --nocapture`
 //! to see the measured numbers.
 
 mod common;
@@ -26,6 +27,10 @@ fn child_entry_point() {
         ["burn", ms] => burn_cpu(Duration::from_millis(ms.parse().unwrap())),
         ["burst", n, ms] => fork_burst(
             n.parse().unwrap(),
+            Duration::from_millis(ms.parse().unwrap()),
+        ),
+        ["pulse", threads, ms] => pulse(
+            threads.parse().unwrap(),
             Duration::from_millis(ms.parse().unwrap()),
         ),
         ["probe"] => match kepler_ebpf::probe("/proc", &EbpfSettings::default()) {
@@ -136,6 +141,47 @@ fn burning_child_is_credited_its_cpu_time() {
     assert!(switches.is_some_and(|n| n > 0), "context switches counted");
 }
 
+/// A task that leaves its CPU between the map read and the running-stretch read is read
+/// without that stretch, below what an earlier snapshot (which saw part of the stretch as
+/// running) reported. Cumulative CPU time must still never decrease: snapshots taken back to
+/// back while threads switch in and out thousands of times a second.
+#[test]
+fn cumulative_cpu_time_never_decreases() {
+    if skip_unless_root("cumulative_cpu_time_never_decreases") {
+        return;
+    }
+    let _serial = SERIAL.lock().unwrap_or_else(PoisonError::into_inner);
+    let mut src = source(Arc::new(NoWorkloads));
+    let exe = std::env::current_exe().unwrap();
+    let mut child = child_command(&exe, "pulse:4:2000").spawn().unwrap();
+    let pid = child.id();
+    let mut last: Option<Duration> = None;
+    let (mut snapshots, mut decreases, mut worst) = (0u32, 0u32, Duration::ZERO);
+    while child.try_wait().unwrap().is_none() {
+        let snap = src.snapshot().unwrap();
+        snapshots += 1;
+        let Some(p) = snap.processes.iter().find(|p| p.key.pid == pid) else {
+            continue;
+        };
+        if let Some(prev) = last {
+            if p.cpu_time < prev {
+                decreases += 1;
+                worst = worst.max(prev - p.cpu_time);
+            }
+        }
+        last = Some(last.map_or(p.cpu_time, |l| l.max(p.cpu_time)));
+    }
+    println!(
+        "{snapshots} back-to-back snapshots of a pulsing child: {decreases} decreases \
+         (largest {worst:?})"
+    );
+    assert!(snapshots > 50, "only {snapshots} snapshots");
+    assert_eq!(
+        decreases, 0,
+        "cumulative CPU time went back (by up to {worst:?})"
+    );
+}
+
 /// Runs the burst scenario against one source: snapshots every `tick` while a launcher in a
 /// container-like cgroup forks `n` processes of `each` CPU. Returns (attributed to the
 /// container, the cgroup's own usage, exited processes seen in the container).
@@ -192,7 +238,10 @@ fn short_lived_burst_reaches_its_container() {
         return;
     }
     let Some(root) = cgroup2_mount() else {
-        println!("SKIP short_lived_burst_reaches_its_container: no cgroup2 mount");
+        skip(
+            "short_lived_burst_reaches_its_container",
+            "no cgroup2 mount",
+        );
         return;
     };
     let _serial = SERIAL.lock().unwrap_or_else(PoisonError::into_inner);
@@ -244,8 +293,13 @@ fn short_lived_burst_reaches_a_v1_only_container() {
     if skip_unless_root("short_lived_burst_reaches_a_v1_only_container") {
         return;
     }
+    // Not a missing tool but the host's layout: cgroup2-only hosts (most CI runners) have no
+    // v1 hierarchy, so this skips even when tools are required.
     let (Some(cpu), Some(cpuacct)) = (cgroup_v1_mount("cpu"), cgroup_v1_mount("cpuacct")) else {
-        println!("SKIP short_lived_burst_reaches_a_v1_only_container: no v1 cpu/cpuacct hierarchy");
+        println!(
+            "SKIP short_lived_burst_reaches_a_v1_only_container: no v1 cpu/cpuacct hierarchy \
+             (a cgroup2-only host)"
+        );
         return;
     };
     let _serial = SERIAL.lock().unwrap_or_else(PoisonError::into_inner);
@@ -306,7 +360,10 @@ fn loading_without_capabilities_fails_cleanly() {
         .output()
         .is_err()
     {
-        println!("SKIP loading_without_capabilities_fails_cleanly: setpriv not installed");
+        skip(
+            "loading_without_capabilities_fails_cleanly",
+            "setpriv not installed (util-linux)",
+        );
         return;
     }
     let nobody = [

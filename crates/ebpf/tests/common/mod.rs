@@ -22,12 +22,28 @@ pub fn is_root() -> bool {
     unsafe { libc::geteuid() == 0 }
 }
 
-/// True (and a printed reason) when a live test cannot run here.
+/// Whether a missing privilege or tool fails the live tests instead of skipping them:
+/// `KEPLER_REQUIRE_TOOLS=1`, which CI sets, so that a green CI run means they ran.
+pub fn tools_required() -> bool {
+    std::env::var("KEPLER_REQUIRE_TOOLS").as_deref() == Ok("1")
+}
+
+/// Prints why `test` is skipped, or fails it when tools are required.
+pub fn skip(test: &str, reason: &str) {
+    assert!(
+        !tools_required(),
+        "{test}: {reason} (KEPLER_REQUIRE_TOOLS=1: required, not skipped)"
+    );
+    println!("SKIP {test}: {reason}");
+}
+
+/// True (and a printed reason) when a live test cannot run here; fails the test instead when
+/// tools are required.
 pub fn skip_unless_root(test: &str) -> bool {
     if is_root() {
         return false;
     }
-    println!("SKIP {test}: needs root to load eBPF programs (CI runs as root)");
+    skip(test, "needs root to load eBPF programs (CI runs as root)");
     true
 }
 
@@ -64,6 +80,25 @@ pub fn burn_cpu(d: Duration) {
         for _ in 0..1000 {
             x = std::hint::black_box(x.wrapping_mul(6364136223846793005).wrapping_add(1));
         }
+    }
+}
+
+/// For `d` of wall time, `threads` threads each alternate a short burn with a short sleep, so
+/// that they leave and re-enter their CPUs thousands of times a second.
+pub fn pulse(threads: u32, d: Duration) {
+    let end = std::time::Instant::now() + d;
+    let workers: Vec<_> = (0..threads)
+        .map(|_| {
+            std::thread::spawn(move || {
+                while std::time::Instant::now() < end {
+                    burn_cpu(Duration::from_micros(300));
+                    std::thread::sleep(Duration::from_micros(200));
+                }
+            })
+        })
+        .collect();
+    for w in workers {
+        let _ = w.join();
     }
 }
 
