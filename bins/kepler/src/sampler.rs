@@ -129,8 +129,13 @@ impl Sampler {
         // the previous snapshot).
         let mut readings = std::mem::take(&mut self.readings);
         readings.clear();
-        let at = self.origin.elapsed();
-        match meter.read(&mut readings) {
+        // The counters are sampled somewhere inside the read, which can be preempted on a busy
+        // host: the middle of the read is the best estimate of when.
+        let before = self.origin.elapsed();
+        let read = meter.read(&mut readings);
+        let after = self.origin.elapsed();
+        let at = before + after.saturating_sub(before) / 2;
+        match read {
             Ok(()) => {
                 if self.meter_failing {
                     warn!(meter = meter.name(), "meter readable again");

@@ -43,7 +43,7 @@ impl Proc {
     }
 }
 
-/// RAPL zones whose counters advance at fixed watts, written every millisecond from the time the
+/// RAPL zones whose counters advance at fixed watts, written every 2 ms from the time the
 /// simulation started, wrapping at their `max_energy_range_uj`.
 pub struct PowercapSim {
     stop: Arc<AtomicBool>,
@@ -74,7 +74,7 @@ impl PowercapSim {
                     let uj = (watts * elapsed * 1e6) as u64 % (max + 1);
                     tree.set_energy(i, uj).expect("write energy_uj");
                 }
-                std::thread::sleep(Duration::from_millis(1));
+                std::thread::sleep(Duration::from_millis(2));
             }
         });
         PowercapSim {
