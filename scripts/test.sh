@@ -7,4 +7,4 @@ cd "$(dirname "$0")/.."
 if [ "$(id -u)" -eq 0 ] && [ ! -e /sys/kernel/tracing/trace_pipe ]; then
   mount -t tracefs nodev /sys/kernel/tracing 2>/dev/null || true
 fi
-cargo test --workspace --all-targets "$@"
+cargo test --workspace --all-targets --no-fail-fast "$@"
