@@ -25,7 +25,7 @@ fn estimated_power_rises_with_load_and_is_conserved() {
     let model = shared(
         "kepler-model-db/models/v0.7/ec2-0.7.11/rapl-sysfs/AbsPower/BPFOnly/SGDRegressorTrainer_0.json",
     );
-    let sysfs = tempfile::tempdir().unwrap();
+    let sysfs = sysfs_dir();
     let config = sysfs.path().join("kepler.yaml");
     // AbsPower: the published m5.metal model's intercept is its idle power.
     std::fs::write(
@@ -79,7 +79,7 @@ fn estimated_power_rises_with_load_and_is_conserved() {
 /// spec, labelled estimated, rising with load, conserved.
 #[test]
 fn builtin_model_is_the_automatic_last_resort() {
-    let sysfs = tempfile::tempdir().unwrap();
+    let sysfs = sysfs_dir();
     let (_agent, port) = start_agent(&[
         "--host.sysfs",
         sysfs.path().to_str().unwrap(),

@@ -16,7 +16,7 @@ const DRAM_MAX: u64 = 20_000_000;
 
 #[test]
 fn agent_measures_attributes_and_survives_wraps() {
-    let sysfs = tempfile::tempdir().unwrap();
+    let sysfs = sysfs_dir();
     let _sim = PowercapSim::start(
         sysfs.path(),
         &[

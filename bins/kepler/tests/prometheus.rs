@@ -35,7 +35,7 @@ fn promtool_accepts_the_default_output() {
         skip("SKIP: promtool not installed (bash scripts/setup.sh installs it)");
         return;
     }
-    let sysfs = tempfile::tempdir().unwrap();
+    let sysfs = sysfs_dir();
     let _sim = PowercapSim::start(
         sysfs.path(),
         &[("package-0", 30.0, 1 << 40), ("dram", 5.0, 1 << 40)],
@@ -166,7 +166,7 @@ fn prometheus_scrapes_node_process_container_and_vm_series() {
             .expect("spawn VM-like process"),
     );
 
-    let sysfs = tempfile::tempdir().unwrap();
+    let sysfs = sysfs_dir();
     let _sim = PowercapSim::start(
         sysfs.path(),
         &[("package-0", 50.0, 1 << 40), ("dram", 10.0, 1 << 40)],

@@ -43,6 +43,19 @@ impl Proc {
     }
 }
 
+/// A directory for a simulated sysfs tree, in memory (`/dev/shm`) when the host has it: on a
+/// disk file system, renaming a counter file every few milliseconds waits on the journal now
+/// and then, the simulated counter goes stale for a while, and the agent rightly reports less.
+pub fn sysfs_dir() -> tempfile::TempDir {
+    let shm = Path::new("/dev/shm");
+    if shm.is_dir() {
+        if let Ok(dir) = tempfile::tempdir_in(shm) {
+            return dir;
+        }
+    }
+    tempfile::tempdir().expect("a temporary directory")
+}
+
 /// RAPL zones whose counters advance at fixed watts, written every 2 ms from the time the
 /// simulation started, wrapping at their `max_energy_range_uj`.
 pub struct PowercapSim {
