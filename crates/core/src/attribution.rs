@@ -494,6 +494,12 @@ impl Attributor {
         self.containers.retain(|_, w| !expired(w.ended_at));
         self.pods.retain(|_, w| !expired(w.ended_at));
         self.vms.retain(|_, w| !expired(w.ended_at));
+        // Churning containers must not grow memory within the retention time either.
+        if let Some(max) = policy.max {
+            cap_ended(&mut self.containers, max, tick);
+            cap_ended(&mut self.pods, max, tick);
+            cap_ended(&mut self.vms, max, tick);
+        }
     }
 
     fn snapshot(&self, usage_ratio: f64, interval: Duration) -> PowerSnapshot {
@@ -625,6 +631,27 @@ fn apply<R>(
     for (_, sum) in sums.drain() {
         let w = group(groups, id(&sum.reference), &sum.reference);
         add_tick(w, &sum.energy, interval, tick, sum.cpu, sum.all_ended);
+    }
+}
+
+/// Keeps at most `max` ended groups (the most energetic), never one active this tick.
+fn cap_ended<R>(groups: &mut FastMap<String, Workload<R>>, max: usize, tick: u64) {
+    let mut ended: Vec<(u64, &String)> = groups
+        .iter()
+        .filter(|(_, w)| w.ended_at.is_some() && w.seen_tick != tick)
+        .map(|(id, w)| (w.total_energy(), id))
+        .collect();
+    if ended.len() <= max {
+        return;
+    }
+    ended.sort_unstable_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(b.1)));
+    let drop: Vec<String> = ended
+        .iter()
+        .skip(max)
+        .map(|(_, id)| (*id).clone())
+        .collect();
+    for id in drop {
+        groups.remove(&id);
     }
 }
 

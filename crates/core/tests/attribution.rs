@@ -241,6 +241,51 @@ fn sources_counting_from_their_start_credit_a_late_first_sighting() {
 }
 
 #[test]
+fn ended_containers_are_capped_like_processes() {
+    let mut a = Attributor::new(AttributionConfig {
+        idle: IdlePolicy::Ratio,
+        terminated: TerminatedPolicy {
+            retention: Duration::from_secs(1000),
+            max: Some(1),
+            min_energy: MicroJoules(0),
+        },
+    });
+    let c1 = info(Some(container("c1", None)), None);
+    let c2 = info(Some(container("c2", None)), None);
+    a.tick(Tick {
+        usage: &usage(100, 0, vec![(1, 1, 0, c1.clone()), (2, 1, 0, c2.clone())]),
+        energy: None,
+        interval: Duration::from_secs(1),
+    });
+    // c2 uses three times c1's CPU, then both end.
+    a.tick(Tick {
+        usage: &usage(
+            101,
+            2,
+            vec![(1, 1, 100, c1.clone()), (2, 1, 300, c2.clone())],
+        ),
+        energy: Some(&[zone("package", 1_000_000)]),
+        interval: Duration::from_secs(1),
+    });
+    a.tick(Tick {
+        usage: &usage(102, 2, vec![]),
+        energy: Some(&[zone("package", 1_000_000)]),
+        interval: Duration::from_secs(1),
+    });
+    let s = a.tick(Tick {
+        usage: &usage(103, 2, vec![]),
+        energy: Some(&[zone("package", 1_000_000)]),
+        interval: Duration::from_secs(1),
+    });
+    let ids: Vec<&str> = s
+        .containers
+        .iter()
+        .map(|c| c.container.id.as_str())
+        .collect();
+    assert_eq!(ids, vec!["c2"]);
+}
+
+#[test]
 fn ended_processes_keep_their_energy_then_expire() {
     let config = AttributionConfig {
         idle: IdlePolicy::Ratio,
