@@ -111,10 +111,28 @@ pub fn features(previous: &UsageSnapshot, current: &UsageSnapshot) -> Features {
         out.node.add(&rates);
         out.processes.push((p.key, rates));
     }
+    out.node.bpf_cpu_time_ms = node_busy_ms_per_second(previous, current, secs);
+    out
+}
+
+/// The node's rates alone. Without counter features (the procfs source) there is nothing to
+/// sum over processes, so the per-process pass of [`features`] is skipped.
+pub fn node_features(previous: &UsageSnapshot, current: &UsageSnapshot) -> FeatureRates {
+    if current.processes.iter().any(|p| p.counters.is_some()) {
+        return features(previous, current).node;
+    }
+    let secs = current.uptime.saturating_sub(previous.uptime).as_secs_f64();
+    let mut node = FeatureRates::default();
+    if secs > 0.0 {
+        node.bpf_cpu_time_ms = node_busy_ms_per_second(previous, current, secs);
+    }
+    node
+}
+
+fn node_busy_ms_per_second(previous: &UsageSnapshot, current: &UsageSnapshot, secs: f64) -> f64 {
     let busy = |t: &NodeCpuTimes| t.total.saturating_sub(t.idle).saturating_sub(t.iowait);
     let node_busy = busy(&current.node).saturating_sub(busy(&previous.node));
-    out.node.bpf_cpu_time_ms = node_busy.as_secs_f64() * 1e3 / secs;
-    out
+    node_busy.as_secs_f64() * 1e3 / secs
 }
 
 impl FeatureRates {
@@ -207,6 +225,8 @@ mod tests {
         assert_eq!(f.node.get("bpf_page_cache_hit"), Some(100.0));
         assert_eq!(f.node.get("cpu_cycles"), None);
         assert_eq!(f.node.get("nonsense"), None);
+        // With counters present, the node's sums need the per-process pass all the same.
+        assert_eq!(node_features(&prev, &cur), f.node);
     }
 
     #[test]
@@ -228,6 +248,7 @@ mod tests {
         assert_eq!(f.node.bpf_cpu_time_ms, 1500.0);
         assert_eq!(f.processes[0].1.bpf_cpu_time_ms, 250.0);
         assert_eq!(f.node.measured(), vec![("bpf_cpu_time_ms", 1500.0)]);
+        assert_eq!(node_features(&prev, &cur), f.node);
     }
 
     #[test]

@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
-use kepler_core::features::features;
+use kepler_core::features::node_features;
 use kepler_core::{
     PowerMeter, Provenance, ReadError, Unavailable, UsageSnapshot, Watts, ZoneReading, ZoneSample,
 };
@@ -272,7 +272,7 @@ impl PowerMeter for ModelMeter {
 
     fn observe_usage(&mut self, previous: &UsageSnapshot, current: &UsageSnapshot) {
         self.reload_if_changed();
-        let rates = features(previous, current).node.measured();
+        let rates = node_features(previous, current).measured();
         match self.predict_at(&rates) {
             Ok(watts) => self.watts = watts,
             Err(e) => {
