@@ -39,7 +39,9 @@ pub fn run(config: Config) -> Result<()> {
     };
     let state = Arc::new(AgentState::new(context));
 
-    let setup::Usage { source, ebpf_stats } = setup::usage_source(&config)?;
+    let setup::Usage {
+        source, ebpf_stats, ..
+    } = setup::usage_source(&config)?;
     let (meter, reports) = setup::select_meter(&config, source.as_ref());
     info!(
         node = %node_name,

@@ -13,18 +13,23 @@ pub fn report(config: &Config) -> String {
     let procfs = kepler_sources::procfs::probe(&config.host.procfs);
     line(&mut out, "procfs", procfs.map_err(|e| e.to_string()));
 
-    let ebpf = match config.ebpf.enabled {
-        crate::config::EbpfMode::Off => Err("disabled by ebpf.enabled: false".to_string()),
-        _ => kepler_ebpf::probe(config.host.procfs.clone(), &setup::ebpf_settings(config))
-            .map_err(|e| e.to_string()),
+    // The agent's own choice of source, loaded once: its features also decide whether the
+    // estimation model below can run.
+    let usage = setup::usage_source(config);
+    let (ebpf, selected, features) = match &usage {
+        Ok(u) => (
+            u.ebpf.clone(),
+            u.source.name().to_string(),
+            u.source.features(),
+        ),
+        Err(e) => (
+            Err(format!("{e:#}")),
+            "none".to_string(),
+            vec![kepler_core::features::BPF_CPU_TIME_MS.to_string()],
+        ),
     };
-    let ebpf_ok = ebpf.is_ok();
     line(&mut out, "ebpf", ebpf);
-    let _ = writeln!(
-        out,
-        "  selected: {}",
-        if ebpf_ok { "ebpf" } else { "procfs" }
-    );
+    let _ = writeln!(out, "  selected: {selected}");
 
     let order = config.meter_order();
     let _ = writeln!(
@@ -33,10 +38,6 @@ pub fn report(config: &Config) -> String {
         order.join(", ")
     );
     let settings = setup::meter_settings(config);
-    let features = match setup::usage_source(config) {
-        Ok(usage) => usage.source.features(),
-        Err(_) => vec![kepler_core::features::BPF_CPU_TIME_MS.to_string()],
-    };
     let mut names: Vec<String> = order.clone();
     for extra in kepler_meters::METER_NAMES {
         if !names.iter().any(|n| n == extra) {

@@ -95,6 +95,8 @@ pub fn ebpf_settings(config: &Config) -> kepler_ebpf::EbpfSettings {
 pub struct Usage {
     pub source: Box<dyn UsageSource>,
     pub ebpf_stats: Option<Arc<kepler_ebpf::EbpfStats>>,
+    /// What eBPF offers here (its probes), or why it is not the source.
+    pub ebpf: Result<String, String>,
 }
 
 /// eBPF when `ebpf.enabled` allows it and it loads; procfs otherwise (`auto`), or an error
@@ -109,14 +111,18 @@ pub fn usage_source(config: &Config) -> Result<Usage> {
         ) {
             Ok(source) => {
                 info!(probes = %source.probes(), "usage source: eBPF");
-                let ebpf_stats = Some(source.stats());
                 return Ok(Usage {
+                    ebpf_stats: Some(source.stats()),
+                    ebpf: Ok(format!(
+                        "eBPF: sched_switch accounting on; {}",
+                        source.probes()
+                    )),
                     source: Box::new(source),
-                    ebpf_stats,
                 });
             }
             Err(reason) if config.ebpf.enabled == EbpfMode::Auto => {
                 info!(%reason, "eBPF unavailable; usage source: procfs");
+                return procfs_source(config, classifier, Err(reason.to_string()));
             }
             Err(reason) => {
                 return Err(anyhow::anyhow!(
@@ -125,11 +131,24 @@ pub fn usage_source(config: &Config) -> Result<Usage> {
             }
         }
     }
+    procfs_source(
+        config,
+        classifier,
+        Err("disabled by ebpf.enabled: false".into()),
+    )
+}
+
+fn procfs_source(
+    config: &Config,
+    classifier: Arc<kepler_workloads::CgroupClassifier>,
+    ebpf: Result<String, String>,
+) -> Result<Usage> {
     let source = kepler_sources::ProcfsSource::new(config.host.procfs.clone(), classifier)
         .with_context(|| format!("procfs usage source at {}", config.host.procfs.display()))?;
     Ok(Usage {
         source: Box::new(source),
         ebpf_stats: None,
+        ebpf,
     })
 }
 
