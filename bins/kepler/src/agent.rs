@@ -1,21 +1,23 @@
-//! Wires configuration, sources, meters, attribution and the exporter into the running agent.
+//! Wires configuration, sources, meters, attribution and outputs into the running agent.
 
 use std::sync::atomic::Ordering;
-use std::sync::mpsc::{self, RecvTimeoutError};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
 use kepler_core::{
-    AttributionConfig, Attributor, IdlePolicy, MicroJoules, TerminatedPolicy, Watts,
+    AttributionConfig, Attributor, Catalogue, ComponentHealth, ComponentKind, Health, IdlePolicy,
+    MicroJoules, StopSignal, TerminatedPolicy, Watts,
 };
 use kepler_exporters::{
-    AgentState, AgentStats, EbpfCounts, ExportContext, MetricsLevel, Readiness,
+    AgentState, AgentStats, EbpfCounts, ExportContext, MetricsLevel, Output, PrometheusOutput,
+    Publication, Readiness, StdoutOutput,
 };
 use tracing::{error, info, warn};
 
 use crate::config::Config;
 use crate::sampler::Sampler;
+use crate::service::Service;
 use crate::setup;
 
 /// Runs the agent until SIGINT or SIGTERM.
@@ -25,6 +27,8 @@ pub fn run(config: Config) -> Result<()> {
         .build()
         .context("starting the async runtime")?;
 
+    let health = Arc::new(Health::new());
+    let catalogue = Arc::new(Catalogue::new());
     let node_name = setup::node_name(&config);
     let mut context = ExportContext::new(node_name.clone());
     context.levels = MetricsLevel::parse(&config.exporter.prometheus.metrics_level)
@@ -37,40 +41,34 @@ pub fn run(config: Config) -> Result<()> {
             Arc::from(Vec::new())
         }
     };
+    context.health = health.clone();
     let state = Arc::new(AgentState::new(context));
+    let mut service = Service::new();
 
     let setup::Usage {
         source, ebpf_stats, ..
-    } = setup::usage_source(&config)?;
-    let (meter, reports) = setup::select_meter(&config, source.as_ref());
+    } = setup::usage_source(&config, catalogue.clone())?;
+    let (meters, reports) = setup::select_meters(&config, source.as_ref());
     info!(
         node = %node_name,
         source = source.name(),
-        meter = meter.as_ref().map(|m| m.name()).unwrap_or("none"),
+        meters = ?meters.iter().map(|m| m.name()).collect::<Vec<_>>(),
         interval = ?config.monitor.interval.0,
         "starting"
     );
-    match &meter {
-        Some(meter) => state.set_readiness(Readiness::not_ready(format!(
+    if meters.is_empty() {
+        let reason = format!(
+            "no power meter available ({}); exporting usage only",
+            setup::describe_failures(&reports)
+        );
+        warn!("{reason}");
+        state.set_readiness(Readiness::not_ready(reason));
+    } else {
+        let names: Vec<&str> = meters.iter().map(|m| m.name()).collect();
+        state.set_readiness(Readiness::not_ready(format!(
             "waiting for the first interval of meter {}",
-            meter.name()
-        ))),
-        None => {
-            let reason = format!(
-                "no power meter available ({}); exporting usage only",
-                setup::describe_failures(&reports)
-            );
-            warn!("{reason}");
-            state.set_readiness(Readiness::not_ready(reason));
-        }
-    }
-    let mut attribution = attribution_config(&config);
-    if meter.as_ref().is_some_and(|m| !m.includes_idle()) {
-        info!("the meter reports dynamic power only: all of it is active, idle is zero");
-        attribution.idle = IdlePolicy::Baseline {
-            configured: Some(Watts(0.0)),
-            low_usage_ratio: config.attribution.low_usage_ratio,
-        };
+            names.join(", ")
+        )));
     }
     // Loading eBPF parses the kernel's BTF (megabytes, freed right after) and models may parse
     // large files; hand that freed heap back to the system rather than keep it resident.
@@ -78,20 +76,32 @@ pub fn run(config: Config) -> Result<()> {
     unsafe {
         libc::malloc_trim(0);
     }
-    let mut attributor = Attributor::new(attribution);
+    let mut attributor = Attributor::new(attribution_config(&config)).with_catalogue(catalogue);
     if source.counts_from_start() {
         attributor = attributor.counting_from_source_start();
     }
-    let sampler =
-        Sampler::new(source, meter, attributor).with_features(config.ebpf.export_features);
+    let sampler = Sampler::new(source, meters, attributor, &health)
+        .with_features(config.ebpf.export_features);
 
-    let (stop_tx, stop_rx) = mpsc::channel::<()>();
-    let loop_state = state.clone();
+    let mut outputs: Vec<Box<dyn Output>> = Vec::new();
+    if config.exporter.prometheus.enabled {
+        outputs.push(Box::new(PrometheusOutput::new(state.clone())));
+    }
+    if config.exporter.stdout.enabled {
+        outputs.push(Box::new(StdoutOutput));
+    }
+    let outputs: Vec<(Box<dyn Output>, Arc<ComponentHealth>)> = outputs
+        .into_iter()
+        .map(|o| {
+            let h = health.register(ComponentKind::Output, o.name());
+            (o, h)
+        })
+        .collect();
     let interval = config.monitor.interval.0;
-    let stdout = config.exporter.stdout.enabled;
-    let sampling = std::thread::Builder::new()
-        .name("kepler-sampler".into())
-        .spawn(move || sample_loop(sampler, loop_state, interval, stdout, ebpf_stats, stop_rx))
+    service
+        .spawn("kepler-sampler", move |stop| {
+            sample_loop(sampler, outputs, interval, ebpf_stats, stop)
+        })
         .context("starting the sampling thread")?;
 
     let served = runtime.block_on(async {
@@ -114,12 +124,8 @@ pub fn run(config: Config) -> Result<()> {
             .await
             .context("serving metrics")
     });
-    // Stop sampling whether serving ended by a signal or an error.
-    let _ = stop_tx.send(());
-    // Release builds abort on panic, so a join error only shows up in debug builds.
-    if sampling.join().is_err() {
-        error!("sampling thread panicked");
-    }
+    // One shutdown path, whether serving ended by a signal or an error.
+    service.shutdown();
     info!("stopped");
     served
 }
@@ -150,48 +156,31 @@ fn attribution_config(config: &Config) -> AttributionConfig {
 
 fn sample_loop(
     mut sampler: Sampler,
-    state: Arc<AgentState>,
+    mut outputs: Vec<(Box<dyn Output>, Arc<ComponentHealth>)>,
     interval: Duration,
-    stdout: bool,
     ebpf_stats: Option<Arc<kepler_ebpf::EbpfStats>>,
-    stop: mpsc::Receiver<()>,
+    stop: StopSignal,
 ) {
     let mut next = Instant::now();
     let mut ticks = 0u64;
-    // Zone names last described to the exporter; a model reload can change them.
-    let mut zones_published: Vec<std::sync::Arc<str>> = Vec::new();
     loop {
         let started = Instant::now();
         match sampler.tick() {
             Ok(snapshot) => {
                 ticks += 1;
-                if !snapshot
-                    .zones
-                    .iter()
-                    .map(|z| &z.zone)
-                    .eq(zones_published.iter())
-                {
-                    zones_published = snapshot.zones.iter().map(|z| z.zone.clone()).collect();
-                    if let Some(meter) = sampler.meter() {
-                        state.set_zone_sources(setup::zone_sources(&snapshot, meter));
-                    }
-                }
-                let ready = sampler.had_energy();
-                if stdout {
-                    print!("{}", crate::stdout::summary(&snapshot));
-                }
-                let stats = AgentStats {
-                    last_tick_duration: started.elapsed(),
-                    ticks,
-                    ebpf: ebpf_stats.as_deref().map(|s| EbpfCounts {
-                        dropped: s.dropped(),
-                        tracked: s.tracked_processes.load(Ordering::Relaxed),
-                    }),
+                let publication = Publication {
+                    snapshot: Arc::new(snapshot),
+                    stats: AgentStats {
+                        last_tick_duration: started.elapsed(),
+                        ticks,
+                        ebpf: ebpf_stats.as_deref().map(|s| EbpfCounts {
+                            dropped: s.dropped(),
+                            tracked: s.tracked_processes.load(Ordering::Relaxed),
+                        }),
+                    },
+                    has_energy: sampler.had_energy(),
                 };
-                state.publish(Arc::new(snapshot), stats);
-                if ready && !state.readiness().is_ready() {
-                    state.set_readiness(Readiness::Ready);
-                }
+                publish(&mut outputs, &publication);
             }
             Err(e) => warn!(error = %e, "tick failed; keeping the previous snapshot"),
         }
@@ -201,9 +190,27 @@ fn sample_loop(
         if next < now {
             next = now + interval;
         }
-        match stop.recv_timeout(next - now) {
-            Err(RecvTimeoutError::Timeout) => {}
-            Ok(()) | Err(RecvTimeoutError::Disconnected) => return,
+        if stop.wait(next - now) {
+            return;
+        }
+    }
+}
+
+/// Hands the tick to every output; one that fails is counted and logged once, and the others
+/// still get the snapshot.
+fn publish(outputs: &mut [(Box<dyn Output>, Arc<ComponentHealth>)], publication: &Publication) {
+    for (output, health) in outputs.iter_mut() {
+        match output.publish(publication) {
+            Ok(()) => {
+                if health.set_up() {
+                    info!(output = output.name(), "output works again");
+                }
+            }
+            Err(error) => {
+                if health.set_down() {
+                    warn!(output = output.name(), %error, "output failed; snapshots are skipped until it recovers");
+                }
+            }
         }
     }
 }

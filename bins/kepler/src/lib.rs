@@ -10,8 +10,8 @@ pub mod estimator;
 pub mod model_fetch;
 pub mod probe;
 pub mod sampler;
+pub mod service;
 pub mod setup;
-pub mod stdout;
 
 use std::io::IsTerminal;
 

@@ -15,7 +15,7 @@ pub fn report(config: &Config) -> String {
 
     // The agent's own choice of source, loaded once: its features also decide whether the
     // estimation model below can run.
-    let usage = setup::usage_source(config);
+    let usage = setup::usage_source(config, std::sync::Arc::new(kepler_core::Catalogue::new()));
     let (ebpf, selected, features) = match &usage {
         Ok(u) => (
             u.ebpf.clone(),

@@ -1,25 +1,37 @@
-//! One tick of the agent: read usage and power at (nearly) the same instant, turn the readings
-//! into interval energy, and attribute it. Kept free of HTTP and threads so tests drive it.
+//! One tick of the agent: read usage and every meter at (nearly) the same instant, compute the
+//! interval's model features once, turn the readings into interval energy per meter, and
+//! attribute it. Kept free of HTTP and threads so tests drive it.
 
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use kepler_core::features::{features, node_features, FeatureRates, Features};
 use kepler_core::{
-    zone_energies, Attributor, EnergySnapshot, PowerMeter, PowerSnapshot, Tick, UsageSnapshot,
-    UsageSource, ZoneReading,
+    zone_energies, Attributor, ComponentHealth, ComponentKind, EnergySnapshot, Health, MeterInput,
+    PowerMeter, PowerSnapshot, Tick, UsageSnapshot, UsageSource, ZoneEnergy, ZoneMeta, ZoneReading,
 };
 use tracing::{debug, warn};
 
+/// A monotonic clock: the time since some fixed origin, the same for every reading of a run.
+pub type Clock = Box<dyn Fn() -> Duration + Send>;
+
+/// One meter of the tick, with what it read last.
+struct MeterSlot {
+    meter: Box<dyn PowerMeter>,
+    meta: Arc<ZoneMeta>,
+    previous: Option<EnergySnapshot>,
+    /// Spare buffer for reads, recycled from the snapshot before last.
+    spare: Vec<ZoneReading>,
+    health: Arc<ComponentHealth>,
+}
+
 pub struct Sampler {
     source: Box<dyn UsageSource>,
-    meter: Option<Box<dyn PowerMeter>>,
+    source_health: Arc<ComponentHealth>,
+    meters: Vec<MeterSlot>,
     attributor: Attributor,
-    origin: Instant,
+    clock: Clock,
     previous_usage: Option<UsageSnapshot>,
-    previous_energy: Option<EnergySnapshot>,
-    /// Spare buffer for meter reads, recycled from the snapshot before last.
-    readings: Vec<ZoneReading>,
-    /// Set while the meter keeps failing, so the failure is logged once, not every tick.
-    meter_failing: bool,
     /// Whether the last tick had energy for at least one zone.
     had_energy: bool,
     /// Attach the interval's model features to each snapshot (`ebpf.exportFeatures`).
@@ -37,23 +49,40 @@ pub enum TickError {
 }
 
 impl Sampler {
+    /// `meters` holds at most one meter per power domain (each domain's chosen meter); their
+    /// health is reported in `health`.
     pub fn new(
         source: Box<dyn UsageSource>,
-        meter: Option<Box<dyn PowerMeter>>,
+        meters: Vec<Box<dyn PowerMeter>>,
         attributor: Attributor,
+        health: &Health,
     ) -> Self {
+        let origin = Instant::now();
         Sampler {
+            source_health: health.register(ComponentKind::Source, source.name()),
             source,
-            meter,
+            meters: meters
+                .into_iter()
+                .map(|meter| MeterSlot {
+                    meta: Arc::new(meter.meta()),
+                    health: health.register(ComponentKind::Meter, meter.name()),
+                    meter,
+                    previous: None,
+                    spare: Vec::new(),
+                })
+                .collect(),
             attributor,
-            origin: Instant::now(),
+            clock: Box::new(move || origin.elapsed()),
             previous_usage: None,
-            previous_energy: None,
-            readings: Vec::new(),
-            meter_failing: false,
             had_energy: false,
             export_features: false,
         }
+    }
+
+    /// Replaces the monotonic clock that stamps meter readings (tests use a manual one).
+    pub fn with_clock(mut self, clock: Clock) -> Self {
+        self.clock = clock;
+        self
     }
 
     /// True once a tick has turned meter readings into energy (the agent is then ready).
@@ -66,47 +95,50 @@ impl Sampler {
         self
     }
 
-    pub fn meter(&self) -> Option<&dyn PowerMeter> {
-        self.meter.as_deref()
+    pub fn meters(&self) -> impl Iterator<Item = &dyn PowerMeter> {
+        self.meters.iter().map(|s| s.meter.as_ref())
     }
 
     /// Takes one sample and returns the snapshot of the interval since the previous one. The
     /// first call only sets baselines: its snapshot has usage but no energy.
     pub fn tick(&mut self) -> Result<PowerSnapshot, TickError> {
-        let usage = self.source.snapshot().map_err(|error| TickError::Usage {
-            source_name: self.source.name().to_string(),
-            error,
-        })?;
-        let energy = self.read_meter(&usage);
-
-        let zones = match (&self.previous_energy, &energy) {
-            (Some(previous), Some(current)) => {
-                let (zones, issues) = zone_energies(previous, current);
-                for issue in issues {
-                    warn!(%issue, "energy sample dropped");
+        let usage = match self.source.snapshot() {
+            Ok(usage) => {
+                if self.source_health.set_up() {
+                    warn!(source = self.source.name(), "usage source readable again");
                 }
-                Some((zones, current.at.saturating_sub(previous.at)))
+                usage
             }
-            _ => None,
+            Err(error) => {
+                self.source_health.set_down();
+                return Err(TickError::Usage {
+                    source_name: self.source.name().to_string(),
+                    error,
+                });
+            }
         };
-        self.had_energy = zones.as_ref().is_some_and(|(z, _)| !z.is_empty());
-        let interval = match (&zones, &self.previous_usage) {
-            (Some((_, interval)), _) => *interval,
+        let features = self.features(&usage);
+        let node = features.as_ref().map(|(node, _)| node);
+        let mut energies = Vec::new();
+        let mut interval = None;
+        for slot in &mut self.meters {
+            if let Some(meter_interval) = read_meter(slot, node, &self.clock, &mut energies) {
+                // The first domain with a delta (the CPU's, listed first) times the tick.
+                interval.get_or_insert(meter_interval);
+            }
+        }
+        self.had_energy = !energies.is_empty();
+        let interval = match (interval, &self.previous_usage) {
+            (Some(interval), _) => interval,
             (None, Some(previous)) => usage.uptime.saturating_sub(previous.uptime),
             (None, None) => Duration::ZERO,
         };
         let mut snapshot = self.attributor.tick(Tick {
             usage: &usage,
-            energy: zones.as_ref().map(|(z, _)| z.as_slice()),
+            energy: (!self.meters.is_empty()).then_some(energies.as_slice()),
             interval,
         });
-        if self.export_features {
-            if let Some(previous) = &self.previous_usage {
-                snapshot.features = Some(std::sync::Arc::new(kepler_core::features::features(
-                    previous, &usage,
-                )));
-            }
-        }
+        snapshot.features = features.and_then(|(_, full)| full).map(Arc::new);
         debug!(
             tick = snapshot.tick,
             processes = usage.processes.len(),
@@ -114,45 +146,70 @@ impl Sampler {
             "tick"
         );
         self.previous_usage = Some(usage);
-        if let Some(old) = std::mem::replace(&mut self.previous_energy, energy) {
-            self.readings = old.readings;
-        }
         Ok(snapshot)
     }
 
-    fn read_meter(&mut self, usage: &UsageSnapshot) -> Option<EnergySnapshot> {
-        let meter = self.meter.as_mut()?;
-        if let Some(previous) = &self.previous_usage {
-            meter.observe_usage(previous, usage);
+    /// The interval's features, computed once: the node's rates for the meters that need them,
+    /// and the per-process ones too when they are exported.
+    fn features(&self, usage: &UsageSnapshot) -> Option<(FeatureRates, Option<Features>)> {
+        let previous = self.previous_usage.as_ref()?;
+        if self.export_features {
+            let all = features(previous, usage);
+            return Some((all.node, Some(all)));
         }
-        // Reuse the allocation of the reading before last (the last one is still needed as
-        // the previous snapshot).
-        let mut readings = std::mem::take(&mut self.readings);
-        readings.clear();
-        // The counters are sampled somewhere inside the read, which can be preempted on a busy
-        // host: the middle of the read is the best estimate of when.
-        let before = self.origin.elapsed();
-        let read = meter.read(&mut readings);
-        let after = self.origin.elapsed();
-        let at = before + after.saturating_sub(before) / 2;
-        match read {
-            Ok(()) => {
-                if self.meter_failing {
-                    warn!(meter = meter.name(), "meter readable again");
-                    self.meter_failing = false;
-                }
-                Some(EnergySnapshot { at, readings })
-            }
-            Err(error) => {
-                // The next good reading starts a new baseline: energy across the gap is not
-                // known per interval, so it is counted nowhere rather than in the wrong tick.
-                if !self.meter_failing {
-                    warn!(meter = meter.name(), %error, "meter read failed; energy skipped until it recovers");
-                    self.meter_failing = true;
-                }
-                self.readings = readings;
-                None
-            }
+        if self.meters.iter().any(|s| s.meter.needs_features()) {
+            return Some((node_features(previous, usage), None));
         }
+        None
     }
+}
+
+/// Reads one meter and appends its zones' energy over the interval since its previous reading
+/// to `energies`; returns that interval when there was one.
+fn read_meter(
+    slot: &mut MeterSlot,
+    features: Option<&FeatureRates>,
+    clock: &Clock,
+    energies: &mut Vec<ZoneEnergy>,
+) -> Option<Duration> {
+    let mut readings = std::mem::take(&mut slot.spare);
+    readings.clear();
+    // The counters are sampled somewhere inside the read, which can be preempted on a busy
+    // host: the middle of the read is the best estimate of when.
+    let before = clock();
+    let read = slot.meter.read(&MeterInput { features }, &mut readings);
+    let after = clock();
+    let at = before + after.saturating_sub(before) / 2;
+    let name = slot.meter.name();
+    if let Err(error) = read {
+        // The next good reading starts a new baseline: energy across the gap is not known per
+        // interval, so it is counted nowhere rather than in the wrong tick.
+        if slot.health.set_down() {
+            warn!(meter = name, %error, "meter read failed; energy skipped until it recovers");
+        }
+        slot.spare = readings;
+        slot.previous = None;
+        return None;
+    }
+    if slot.health.set_up() {
+        warn!(meter = name, "meter readable again");
+    }
+    // A model reloaded with another name changes what its zones say about themselves.
+    if slot.meta.model.as_deref() != slot.meter.estimation_model() {
+        slot.meta = Arc::new(slot.meter.meta());
+    }
+    let current = EnergySnapshot { at, readings };
+    let interval = slot.previous.as_ref().map(|previous| {
+        let (zones, issues) = zone_energies(previous, &current, &slot.meta);
+        for issue in issues {
+            slot.health.count_error();
+            warn!(meter = name, %issue, "energy sample dropped");
+        }
+        energies.extend(zones);
+        current.at.saturating_sub(previous.at)
+    });
+    if let Some(old) = slot.previous.replace(current) {
+        slot.spare = old.readings;
+    }
+    interval
 }

@@ -3,8 +3,8 @@
 use std::sync::Arc;
 
 use anyhow::{Context, Result};
-use kepler_core::{PowerMeter, PowerSnapshot, UsageSource};
-use kepler_exporters::{BuildInfo, ZoneSource};
+use kepler_core::{Catalogue, PowerMeter, UsageSource};
+use kepler_exporters::BuildInfo;
 use kepler_meters::{FakeSettings, MeterSettings, ProbeReport};
 use tracing::info;
 
@@ -22,8 +22,19 @@ pub fn meter_settings(config: &Config) -> MeterSettings {
     }
 }
 
-/// Tries the configured meters in order and keeps the first that opens; the reports say why
-/// each one before it could not be used.
+/// The meters of the tick: for each power domain, the first meter of its fallback chain that
+/// opens (today the CPU domain's chain is `cpu.preferredMeters`; the platform and GPU chains
+/// have no meter yet). The reports say why each one before it could not be used.
+pub fn select_meters(
+    config: &Config,
+    source: &dyn UsageSource,
+) -> (Vec<Box<dyn PowerMeter>>, Vec<ProbeReport>) {
+    let (cpu, reports) = select_meter(config, source);
+    (cpu.into_iter().collect(), reports)
+}
+
+/// Tries the configured CPU meters in order and keeps the first that opens; the reports say
+/// why each one before it could not be used.
 pub fn select_meter(
     config: &Config,
     source: &dyn UsageSource,
@@ -100,9 +111,11 @@ pub struct Usage {
 }
 
 /// eBPF when `ebpf.enabled` allows it and it loads; procfs otherwise (`auto`), or an error
-/// (`true`).
-pub fn usage_source(config: &Config) -> Result<Usage> {
-    let classifier = Arc::new(kepler_workloads::CgroupClassifier::new());
+/// (`true`). The classifier writes the names it reads to `catalogue`.
+pub fn usage_source(config: &Config, catalogue: Arc<Catalogue>) -> Result<Usage> {
+    let classifier = Arc::new(kepler_workloads::CgroupClassifier::with_catalogue(
+        catalogue,
+    ));
     if config.ebpf.enabled != EbpfMode::Off {
         match kepler_ebpf::EbpfSource::new(
             config.host.procfs.clone(),
@@ -183,17 +196,4 @@ pub fn build_info() -> BuildInfo {
             .unwrap_or("unknown")
             .to_string(),
     }
-}
-
-pub fn zone_sources(snapshot: &PowerSnapshot, meter: &dyn PowerMeter) -> Vec<ZoneSource> {
-    snapshot
-        .zones
-        .iter()
-        .map(|z| ZoneSource {
-            zone: z.zone.to_string(),
-            meter: meter.name().to_string(),
-            provenance: meter.provenance(),
-            model: meter.estimation_model().map(str::to_string),
-        })
-        .collect()
 }

@@ -1,6 +1,7 @@
 //! The real agent on a simulated powercap tree with a real `stress-ng` load: node watts match
-//! the simulation, the load gets most of the active power, process power adds up to node active
-//! power, and energy counters keep rising across counter wraps.
+//! the simulation, the load gets the share of active energy that its share of CPU time (read
+//! from /proc in the same run) calls for, process power adds up to node active power, and
+//! energy counters keep rising across counter wraps.
 
 mod common;
 
@@ -36,7 +37,9 @@ fn agent_measures_attributes_and_survives_wraps() {
     let started = Instant::now();
     let mut last_joules: Option<(f64, f64)> = None;
     let mut checked = 0;
-    let mut stress_share_sum = 0.0;
+    // (stress-ng package joules, node active package joules, stress-ng CPU s, node busy CPU s)
+    let mut window: Option<[f64; 4]> = None;
+    let mut last = [0.0; 4];
     let mut watts_sum = [0.0; 2];
     let mut first: Option<(f64, f64)> = None;
     while started.elapsed() < Duration::from_secs(9) {
@@ -77,9 +80,27 @@ fn agent_measures_attributes_and_survives_wraps() {
                 })
                 .map(|s| s.value)
                 .sum();
-        if active > 0.0 {
-            stress_share_sum += stress_watts / active;
-        }
+        let stress_joules: f64 = select(
+            &samples,
+            "kepler_process_cpu_joules_total",
+            &[("zone", "package")],
+        )
+        .iter()
+        .filter(|s| {
+            s.labels
+                .get("comm")
+                .is_some_and(|c| c.starts_with("stress-ng"))
+        })
+        .map(|s| s.value)
+        .sum();
+        let active_joules = one(
+            &samples,
+            "kepler_node_cpu_active_joules_total",
+            &[("zone", "package")],
+        );
+        let (stress_cpu, node_busy) = cpu_seconds("stress-ng");
+        last = [stress_joules, active_joules, stress_cpu, node_busy];
+        window.get_or_insert(last);
         let mut top: Vec<(f64, String)> =
             select(&samples, "kepler_process_cpu_watts", &[("zone", "package")])
                 .iter()
@@ -143,15 +164,56 @@ fn agent_measures_attributes_and_survives_wraps() {
         "package joules {package_j} should span several wraps"
     );
 
-    let mean_share = stress_share_sum / f64::from(checked);
+    // The machine is shared (other tests, builds): what stress-ng should get is its share of
+    // the CPU time the node spent busy over the same window, as the kernel accounted it.
+    let first = window.expect("a first scrape");
+    let energy_share = (last[0] - first[0]) / (last[1] - first[1]);
+    let cpu_share = (last[2] - first[2]) / (last[3] - first[3]);
     eprintln!(
-        "stress-ng share of active package power: {:.1}%",
-        mean_share * 100.0
+        "stress-ng: {:.1}% of active package energy, {:.1}% of busy CPU time",
+        energy_share * 100.0,
+        cpu_share * 100.0
     );
     assert!(
-        mean_share > 0.5,
-        "stress-ng received {:.1}% of active power on average",
-        mean_share * 100.0
+        cpu_share > 0.05 && (energy_share - cpu_share).abs() <= 0.15,
+        "stress-ng received {:.1}% of active energy for {:.1}% of the busy CPU time",
+        energy_share * 100.0,
+        cpu_share * 100.0
     );
     drop(stress);
+}
+
+/// CPU seconds used so far by the live processes whose comm starts with `prefix`, and busy CPU
+/// seconds of the node (`/proc/stat`: all time but idle and iowait, guest time being inside
+/// user and nice already).
+fn cpu_seconds(prefix: &str) -> (f64, f64) {
+    // SAFETY: sysconf has no preconditions.
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64;
+    let mut procs = 0u64;
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(stat) = std::fs::read_to_string(entry.path().join("stat")) else {
+            continue;
+        };
+        let (Some(open), Some(close)) = (stat.find('('), stat.rfind(')')) else {
+            continue;
+        };
+        if !stat[open + 1..close].starts_with(prefix) {
+            continue;
+        }
+        let fields: Vec<&str> = stat[close + 2..].split(' ').collect();
+        // utime and stime are fields 14 and 15 of the line, 12 and 13 after the comm.
+        procs += fields[11].parse::<u64>().unwrap() + fields[12].parse::<u64>().unwrap();
+    }
+    let stat = std::fs::read_to_string("/proc/stat").unwrap();
+    let cpu: Vec<u64> = stat
+        .lines()
+        .next()
+        .unwrap()
+        .split_whitespace()
+        .skip(1)
+        .map(|v| v.parse().unwrap())
+        .collect();
+    // user nice system idle iowait irq softirq steal
+    let busy: u64 = cpu[..8].iter().sum::<u64>() - cpu[3] - cpu[4];
+    (procs as f64 / hz, busy as f64 / hz)
 }

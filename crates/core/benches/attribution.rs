@@ -35,14 +35,10 @@ fn bench(c: &mut Criterion) {
     let infos: Vec<Arc<ProcessInfo>> = (0..100)
         .map(|i| {
             let container = (i % 2 == 0).then(|| {
-                Arc::new(ContainerRef {
+                Arc::new(ContainerId {
                     id: format!("{i:064x}"),
-                    name: String::new(),
                     runtime: Runtime::Containerd,
-                    pod: Some(Arc::new(PodRef {
-                        id: format!("pod-{}", i % 10),
-                        ..PodRef::default()
-                    })),
+                    pod_id: Some(format!("pod-{}", i % 10)),
                 })
             });
             Arc::new(ProcessInfo {
@@ -56,12 +52,15 @@ fn bench(c: &mut Criterion) {
             })
         })
         .collect();
+    let meta = Arc::new(ZoneMeta::measured("rapl"));
     let zones: Vec<ZoneEnergy> = ["package", "core", "uncore", "dram"]
         .iter()
         .map(|z| ZoneEnergy {
             zone: (*z).into(),
             path: format!("/sys/class/powercap/{z}").into(),
             energy: MicroJoules(123_456_789),
+            meta: meta.clone(),
+            weights: ZoneWeights::CpuTime,
         })
         .collect();
     let snapshots: Vec<UsageSnapshot> = (0..2).map(|s| usage(s, &infos)).collect();

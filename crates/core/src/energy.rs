@@ -4,6 +4,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::domain::ZoneMeta;
 use crate::units::{MicroJoules, Watts};
 
 /// One reading of one meter zone (one socket's package, one hwmon sensor, ...).
@@ -15,6 +16,57 @@ pub struct ZoneReading {
     /// Where the value came from, unique per reading (a sysfs path, a device id).
     pub path: Arc<str>,
     pub sample: ZoneSample,
+    /// How the zone's active energy is divided among processes, when the meter knows better
+    /// than CPU time (a GPU's per-process utilisation); `None` splits by CPU time.
+    pub shares: Option<ProcessShares>,
+}
+
+impl ZoneReading {
+    /// A cumulative energy counter, split by CPU time.
+    pub fn energy(
+        zone: Arc<str>,
+        path: Arc<str>,
+        counter: MicroJoules,
+        max: Option<MicroJoules>,
+    ) -> Self {
+        ZoneReading {
+            zone,
+            path,
+            sample: ZoneSample::Energy { counter, max },
+            shares: None,
+        }
+    }
+
+    /// A power reading, split by CPU time.
+    pub fn power(zone: Arc<str>, path: Arc<str>, watts: Watts) -> Self {
+        ZoneReading {
+            zone,
+            path,
+            sample: ZoneSample::Power(watts),
+            shares: None,
+        }
+    }
+}
+
+/// One process's weight in a meter-supplied split. Processes are named by pid because that is
+/// what device accounting (NVML, fdinfo) reports.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct ProcessShare {
+    pub pid: u32,
+    pub weight: u64,
+}
+
+/// A meter's per-process weights for one reading, shared rather than copied per tick.
+pub type ProcessShares = Arc<[ProcessShare]>;
+
+/// How one zone's active energy is divided among the processes of the interval.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub enum ZoneWeights {
+    /// In proportion to each process's CPU time delta (DESIGN §5).
+    #[default]
+    CpuTime,
+    /// In proportion to weights the meter supplied.
+    Shares(ProcessShares),
 }
 
 #[derive(Copy, Clone, Debug, PartialEq)]
@@ -44,6 +96,9 @@ pub struct ZoneEnergy {
     /// The reading's path, or `aggregated-<zone>` when several readings were summed.
     pub path: Arc<str>,
     pub energy: MicroJoules,
+    /// The meter's facts, shared by all zones of the meter.
+    pub meta: Arc<ZoneMeta>,
+    pub weights: ZoneWeights,
 }
 
 /// Why a zone has no energy for an interval.
@@ -63,6 +118,10 @@ pub enum DeltaIssue {
     },
     /// The reading has no counterpart in the previous snapshot (new zone): no delta yet.
     NoPrevious { path: Arc<str> },
+    /// Several readings share a zone name and at least one carries its own process shares:
+    /// one split cannot honour each reading's shares, so the zone is dropped. Meters that
+    /// supply shares name each reading's zone apart.
+    SharesNotSummable { zone: Arc<str> },
 }
 
 impl std::fmt::Display for DeltaIssue {
@@ -81,6 +140,10 @@ impl std::fmt::Display for DeltaIssue {
                 "energy counter {path} reads {counter} µJ above its wrap point {max} µJ; sample dropped"
             ),
             DeltaIssue::NoPrevious { path } => write!(f, "zone {path} appeared; no delta yet"),
+            DeltaIssue::SharesNotSummable { zone } => write!(
+                f,
+                "zone {zone} has several readings with their own process shares; sample dropped"
+            ),
         }
     }
 }
@@ -119,14 +182,18 @@ pub fn counter_delta(
 struct ZoneSum {
     energy: Option<MicroJoules>,
     paths: Vec<Arc<str>>,
+    shares: Option<ProcessShares>,
+    has_shares: bool,
 }
 
 /// The energy of each zone between two snapshots of the same meter. Readings sharing a zone
 /// name are summed; if any of them cannot give a delta, the whole zone is left out for this
-/// interval (a partial sum would be a wrong number) and the issue is returned.
+/// interval (a partial sum would be a wrong number) and the issue is returned. Every zone
+/// carries `meta`, the facts of the meter that read both snapshots.
 pub fn zone_energies(
     previous: &EnergySnapshot,
     current: &EnergySnapshot,
+    meta: &Arc<ZoneMeta>,
 ) -> (Vec<ZoneEnergy>, Vec<DeltaIssue>) {
     let interval = current.at.saturating_sub(previous.at);
     let before: HashMap<&str, &ZoneSample> = previous
@@ -156,9 +223,15 @@ pub fn zone_energies(
             ZoneSum {
                 energy: Some(MicroJoules::ZERO),
                 paths: Vec::new(),
+                shares: None,
+                has_shares: false,
             }
         });
         entry.paths.push(reading.path.clone());
+        if let Some(shares) = &reading.shares {
+            entry.has_shares = true;
+            entry.shares = Some(shares.clone());
+        }
         match delta {
             Ok(d) => {
                 if let Some(sum) = &mut entry.energy {
@@ -176,12 +249,23 @@ pub fn zone_energies(
         .into_iter()
         .filter_map(|zone| {
             let sum = sums.remove(&zone)?;
+            if sum.has_shares && sum.paths.len() > 1 {
+                issues.push(DeltaIssue::SharesNotSummable { zone });
+                return None;
+            }
             let energy = sum.energy?;
             let path = match sum.paths.as_slice() {
                 [single] => single.clone(),
                 _ => Arc::from(format!("aggregated-{zone}")),
             };
-            Some(ZoneEnergy { zone, path, energy })
+            let weights = sum.shares.map_or(ZoneWeights::CpuTime, ZoneWeights::Shares);
+            Some(ZoneEnergy {
+                zone,
+                path,
+                energy,
+                meta: meta.clone(),
+                weights,
+            })
         })
         .collect();
     (energies, issues)
@@ -192,14 +276,16 @@ mod tests {
     use super::*;
 
     fn energy(zone: &str, path: &str, counter: u64, max: Option<u64>) -> ZoneReading {
-        ZoneReading {
-            zone: zone.into(),
-            path: path.into(),
-            sample: ZoneSample::Energy {
-                counter: MicroJoules(counter),
-                max: max.map(MicroJoules),
-            },
-        }
+        ZoneReading::energy(
+            zone.into(),
+            path.into(),
+            MicroJoules(counter),
+            max.map(MicroJoules),
+        )
+    }
+
+    fn meta() -> Arc<ZoneMeta> {
+        Arc::new(ZoneMeta::measured("test"))
     }
 
     fn snap(at_secs: u64, readings: Vec<ZoneReading>) -> EnergySnapshot {
@@ -245,7 +331,7 @@ mod tests {
                 energy("dram", "/c", 7, None),
             ],
         );
-        let (zones, issues) = zone_energies(&a, &b);
+        let (zones, issues) = zone_energies(&a, &b, &meta());
         assert!(issues.is_empty());
         assert_eq!(zones.len(), 2);
         assert_eq!(&*zones[0].zone, "package");
@@ -273,7 +359,7 @@ mod tests {
                 energy("dram", "/c", 9, None),
             ],
         );
-        let (zones, issues) = zone_energies(&a, &b);
+        let (zones, issues) = zone_energies(&a, &b, &meta());
         assert_eq!(issues.len(), 1);
         assert_eq!(zones.len(), 1);
         assert_eq!(&*zones[0].zone, "dram");
@@ -281,12 +367,30 @@ mod tests {
 
     #[test]
     fn power_readings_integrate_over_the_interval() {
-        let p = |w| ZoneReading {
-            zone: "platform".into(),
-            path: "/hwmon0".into(),
-            sample: ZoneSample::Power(Watts(w)),
-        };
-        let (zones, _) = zone_energies(&snap(10, vec![p(50.0)]), &snap(12, vec![p(100.0)]));
+        let p = |w| ZoneReading::power("platform".into(), "/hwmon0".into(), Watts(w));
+        let (zones, _) =
+            zone_energies(&snap(10, vec![p(50.0)]), &snap(12, vec![p(100.0)]), &meta());
         assert_eq!(zones[0].energy, MicroJoules(200_000_000));
+        assert_eq!(zones[0].weights, ZoneWeights::CpuTime);
+    }
+
+    #[test]
+    fn shares_travel_with_a_single_reading_and_refuse_to_be_summed() {
+        let shares: ProcessShares = Arc::from(vec![ProcessShare { pid: 7, weight: 3 }]);
+        let gpu = |path: &str, w: f64| ZoneReading {
+            shares: Some(shares.clone()),
+            ..ZoneReading::power("gpu0".into(), path.into(), Watts(w))
+        };
+        let (zones, issues) = zone_energies(
+            &snap(0, vec![gpu("/a", 1.0)]),
+            &snap(1, vec![gpu("/a", 1.0)]),
+            &meta(),
+        );
+        assert!(issues.is_empty());
+        assert_eq!(zones[0].weights, ZoneWeights::Shares(shares.clone()));
+        let two = |at| snap(at, vec![gpu("/a", 1.0), gpu("/b", 2.0)]);
+        let (zones, issues) = zone_energies(&two(0), &two(1), &meta());
+        assert!(zones.is_empty());
+        assert!(matches!(issues[..], [DeltaIssue::SharesNotSummable { .. }]));
     }
 }

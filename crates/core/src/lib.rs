@@ -3,8 +3,12 @@
 //! does I/O, so every rule can be tested with plain values.
 
 pub mod attribution;
+pub mod catalogue;
+pub mod domain;
 pub mod energy;
 pub mod features;
+pub mod health;
+pub mod lifecycle;
 pub mod snapshot;
 pub mod source;
 pub mod split;
@@ -13,16 +17,24 @@ pub mod usage;
 pub mod workload;
 
 pub use attribution::{AttributionConfig, Attributor, IdlePolicy, TerminatedPolicy, Tick};
-pub use energy::{zone_energies, DeltaIssue, EnergySnapshot, ZoneEnergy, ZoneReading, ZoneSample};
+pub use catalogue::{Catalogue, CatalogueView, ContainerNames, NameSource, PodNames};
+pub use domain::{PowerDomain, ZoneMeta};
+pub use energy::{
+    zone_energies, DeltaIssue, EnergySnapshot, ProcessShare, ProcessShares, ZoneEnergy,
+    ZoneReading, ZoneSample, ZoneWeights,
+};
+pub use health::{ComponentHealth, ComponentKind, Health};
+pub use lifecycle::StopSignal;
 pub use snapshot::{
     ContainerPower, IdlePolicyState, NodeZone, PodPower, PowerSnapshot, ProcessPower, VmPower,
     WorkloadState, ZoneValue, ZoneValues,
 };
-pub use source::{PowerMeter, Provenance, ReadError, Unavailable, UsageSource};
+pub use source::{MeterInput, PowerMeter, Provenance, ReadError, Unavailable, UsageSource};
 pub use units::{MicroJoules, Watts};
 pub use usage::{
     CpuInfo, NodeCpuTimes, ProcessInfo, ProcessKey, ProcessUsage, TaskCounters, UsageSnapshot,
 };
 pub use workload::{
-    Classifier, ContainerRef, NoWorkloads, PodRef, ProcessType, Runtime, VmRef, WorkloadIdentity,
+    Classifier, ContainerId, ContainerRef, NoWorkloads, PodRef, ProcessType, Runtime, VmId, VmRef,
+    WorkloadIdentity,
 };

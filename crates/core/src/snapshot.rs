@@ -3,6 +3,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::domain::ZoneMeta;
 use crate::units::{MicroJoules, Watts};
 use crate::usage::{ProcessInfo, ProcessKey};
 use crate::workload::{ContainerRef, PodRef, VmRef};
@@ -24,6 +25,9 @@ pub struct ZoneValue {
 pub struct NodeZone {
     pub zone: Arc<str>,
     pub path: Arc<str>,
+    /// Domain, meter, provenance, model and whether idle is included: the zone's facts as of
+    /// its last reading.
+    pub meta: Arc<ZoneMeta>,
     pub total: ZoneValue,
     pub active: ZoneValue,
     pub idle: ZoneValue,
@@ -37,7 +41,7 @@ pub enum IdlePolicyState {
     /// Upstream's rule: idle = (1 − usage ratio) × energy.
     Ratio,
     /// A fixed idle power per zone, configured or measured; `None` where not known yet (the
-    /// ratio rule applies until then).
+    /// ratio rule applies until then) and for zones whose meter leaves idle out.
     Baseline {
         configured: bool,
         watts: Vec<Option<Watts>>,

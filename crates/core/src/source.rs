@@ -1,6 +1,10 @@
 //! The traits that sources of usage and power implement, and how they explain unavailability.
 
+use std::sync::Arc;
+
+use crate::domain::{PowerDomain, ZoneMeta};
 use crate::energy::ZoneReading;
+use crate::features::FeatureRates;
 use crate::usage::UsageSnapshot;
 
 /// Why a source or meter cannot be used on this host. Shown by `kepler probe` and logged once.
@@ -34,7 +38,7 @@ pub enum ReadError {
 }
 
 /// Where a meter's numbers come from; exported so users can tell real watts from estimates.
-#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
 pub enum Provenance {
     Measured,
     Estimated,
@@ -52,10 +56,23 @@ impl Provenance {
     }
 }
 
-/// A node power meter: reads every zone it provides at one instant.
+/// What a meter may use to produce the readings of the interval that ends now. Passed to
+/// every read, so no meter depends on being told things in a particular order.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct MeterInput<'a> {
+    /// The node's model features over the interval, computed once per tick; `None` on the
+    /// first tick (no interval yet) or when no meter asked for them.
+    pub features: Option<&'a FeatureRates>,
+}
+
+/// A power meter: reads every zone it provides at one instant.
 pub trait PowerMeter: Send {
     /// Short name used in config and logs (`rapl`, `hwmon`, `fake`, `model`, ...).
     fn name(&self) -> &str;
+    /// The power domain whose fallback chain this meter belongs to.
+    fn domain(&self) -> PowerDomain {
+        PowerDomain::Cpu
+    }
     /// Where the numbers come from: hardware, a model, or a development simulation.
     fn provenance(&self) -> Provenance {
         Provenance::Measured
@@ -74,13 +91,26 @@ pub trait PowerMeter: Send {
     fn detail(&self) -> Option<String> {
         None
     }
+    /// Whether [`PowerMeter::read`] needs the interval's node features (estimating meters).
+    fn needs_features(&self) -> bool {
+        false
+    }
     /// Zone name of every reading this meter reports, in order; a name repeats once per socket
     /// (sockets are summed later, by `zone_energies`).
     fn zones(&self) -> Vec<String>;
     /// Appends one reading per zone to `out` (cleared by the caller).
-    fn read(&mut self, out: &mut Vec<ZoneReading>) -> Result<(), ReadError>;
-    /// Gives the meter the usage of the interval that ends now. Only estimating meters use it.
-    fn observe_usage(&mut self, _previous: &UsageSnapshot, _current: &UsageSnapshot) {}
+    fn read(&mut self, input: &MeterInput<'_>, out: &mut Vec<ZoneReading>)
+        -> Result<(), ReadError>;
+    /// The facts every zone of this meter carries into the snapshot.
+    fn meta(&self) -> ZoneMeta {
+        ZoneMeta {
+            domain: self.domain(),
+            meter: Arc::from(self.name()),
+            provenance: self.provenance(),
+            model: self.estimation_model().map(Arc::from),
+            includes_idle: self.includes_idle(),
+        }
+    }
 }
 
 /// A source of node and per-process CPU usage.

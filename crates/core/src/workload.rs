@@ -46,6 +46,26 @@ impl Runtime {
     }
 }
 
+/// A container as sources classify it: ids only. Names are joined from the
+/// [`Catalogue`](crate::catalogue::Catalogue) at every tick.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
+pub struct ContainerId {
+    /// Full container id (64 hex digits for the common runtimes).
+    pub id: String,
+    pub runtime: Runtime,
+    /// Pod UID, when the cgroup path tells it.
+    pub pod_id: Option<String>,
+}
+
+/// A virtual machine as sources classify it.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
+pub struct VmId {
+    /// The VM's UUID when the hypervisor command line has one, else its name.
+    pub id: String,
+    pub hypervisor: String,
+}
+
+/// A pod with its names joined, as snapshots carry it.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
 pub struct PodRef {
     /// Pod UID (from the cgroup path or the Kubernetes API).
@@ -54,6 +74,7 @@ pub struct PodRef {
     pub namespace: String,
 }
 
+/// A container with its names joined, as snapshots carry it.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
 pub struct ContainerRef {
     /// Full container id (64 hex digits for the common runtimes).
@@ -63,6 +84,7 @@ pub struct ContainerRef {
     pub pod: Option<Arc<PodRef>>,
 }
 
+/// A virtual machine with its name joined, as snapshots carry it.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
 pub struct VmRef {
     /// The VM's UUID when the hypervisor command line has one, else its name.
@@ -71,11 +93,13 @@ pub struct VmRef {
     pub hypervisor: String,
 }
 
+/// Who a process belongs to, by id. Sources share one `Arc` per container and VM, so grouping
+/// by the pointer is as good as grouping by the id.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct WorkloadIdentity {
     pub process_type: ProcessType,
-    pub container: Option<Arc<ContainerRef>>,
-    pub vm: Option<Arc<VmRef>>,
+    pub container: Option<Arc<ContainerId>>,
+    pub vm: Option<Arc<VmId>>,
 }
 
 /// Decides the workload identity of a process from what was read about it once. Implemented by

@@ -6,21 +6,15 @@ use std::time::Duration;
 use kepler_core::*;
 use proptest::prelude::*;
 
-fn container(id: &str, pod: Option<&str>) -> Arc<ContainerRef> {
-    Arc::new(ContainerRef {
+fn container(id: &str, pod: Option<&str>) -> Arc<ContainerId> {
+    Arc::new(ContainerId {
         id: id.into(),
-        name: String::new(),
         runtime: Runtime::Containerd,
-        pod: pod.map(|p| {
-            Arc::new(PodRef {
-                id: p.into(),
-                ..PodRef::default()
-            })
-        }),
+        pod_id: pod.map(String::from),
     })
 }
 
-fn info(container: Option<Arc<ContainerRef>>, vm: Option<&str>) -> Arc<ProcessInfo> {
+fn info(container: Option<Arc<ContainerId>>, vm: Option<&str>) -> Arc<ProcessInfo> {
     Arc::new(ProcessInfo {
         comm: "x".into(),
         workload: WorkloadIdentity {
@@ -31,9 +25,8 @@ fn info(container: Option<Arc<ContainerRef>>, vm: Option<&str>) -> Arc<ProcessIn
             },
             container,
             vm: vm.map(|v| {
-                Arc::new(VmRef {
+                Arc::new(VmId {
                     id: v.into(),
-                    name: v.into(),
                     hypervisor: "kvm".into(),
                 })
             }),
@@ -71,6 +64,8 @@ fn zone(name: &str, uj: u64) -> ZoneEnergy {
         zone: name.into(),
         path: format!("/{name}").into(),
         energy: MicroJoules(uj),
+        meta: Arc::new(ZoneMeta::measured("test")),
+        weights: ZoneWeights::CpuTime,
     }
 }
 

@@ -4,7 +4,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use kepler_core::{CpuInfo, Provenance};
+use kepler_core::{CpuInfo, Health};
 
 use crate::level::MetricsLevel;
 
@@ -33,19 +33,6 @@ impl Default for BuildInfo {
     }
 }
 
-/// Which meter feeds an exported zone (`kepler_node_cpu_zone_info`).
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct ZoneSource {
-    /// The exported zone name (as in `NodeZone::zone`).
-    pub zone: String,
-    /// The meter's name (`rapl`, `msr`, `hwmon`, `model`, `passthrough`, ...).
-    pub meter: String,
-    /// Hardware, a model, or the development fake meter.
-    pub provenance: Provenance,
-    /// The estimation model, when estimated.
-    pub model: Option<String>,
-}
-
 /// The agent's own counters, updated every tick.
 #[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
 pub struct AgentStats {
@@ -66,7 +53,7 @@ pub struct EbpfCounts {
 }
 
 /// Everything [`crate::encode()`] needs besides the snapshot.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug)]
 pub struct ExportContext {
     /// Value of the constant `node_name` label.
     pub node_name: String,
@@ -75,8 +62,9 @@ pub struct ExportContext {
     /// One entry per logical CPU. Shared so that per-tick updates of the context (agent stats)
     /// do not copy it.
     pub cpu_info: Arc<[CpuInfo]>,
-    pub zone_sources: Vec<ZoneSource>,
     pub agent: AgentStats,
+    /// Up/down and error counts of every component, read live at each scrape.
+    pub health: Arc<Health>,
 }
 
 impl ExportContext {
@@ -87,8 +75,8 @@ impl ExportContext {
             levels: MetricsLevel::ALL,
             build: BuildInfo::default(),
             cpu_info: Arc::from(Vec::new()),
-            zone_sources: Vec::new(),
             agent: AgentStats::default(),
+            health: Arc::new(Health::new()),
         }
     }
 }

@@ -4,7 +4,9 @@
 use std::borrow::Cow;
 use std::time::Duration;
 
-use kepler_core::{IdlePolicyState, MicroJoules, NodeZone, PowerSnapshot, Watts, ZoneValue};
+use kepler_core::{
+    IdlePolicyState, MicroJoules, NodeZone, PowerDomain, PowerSnapshot, Watts, ZoneValue,
+};
 
 use crate::context::ExportContext;
 use crate::level::Level;
@@ -325,6 +327,7 @@ pub fn encode(
         w.family(&r::AGENT_EBPF_DROPPED).sample([], ebpf.dropped);
         w.family(&r::AGENT_EBPF_TRACKED).sample([], ebpf.tracked);
     }
+    encode_health(&mut w, &ctx.health);
 
     if let Some(s) = snapshot {
         w.family(&r::AGENT_PROCESSES).sample([], s.processes.len());
@@ -333,7 +336,7 @@ pub fn encode(
             encode_features(&mut w, s, features, levels);
         }
         if levels.contains(Level::Node) {
-            encode_node(&mut w, s, ctx);
+            encode_node(&mut w, s);
         }
         if levels.contains(Level::Process) {
             encode_processes(&mut w, s);
@@ -349,6 +352,20 @@ pub fn encode(
         }
     }
     w.finish();
+}
+
+fn encode_health(w: &mut MetricWriter<'_>, health: &kepler_core::Health) {
+    let components = health.components();
+    {
+        let mut f = w.family(&r::AGENT_COMPONENT_UP);
+        for c in &components {
+            f.sample([c.kind().as_str(), c.name()], u64::from(c.is_up()));
+        }
+    }
+    let mut f = w.family(&r::AGENT_COMPONENT_ERRORS);
+    for c in &components {
+        f.sample([c.kind().as_str(), c.name()], c.errors());
+    }
 }
 
 fn encode_features(
@@ -389,12 +406,12 @@ fn node_zone_family<V: SampleValue>(
     value: impl Fn(&NodeZone) -> V,
 ) {
     let mut f = w.family(desc);
-    for z in &s.zones {
+    for z in cpu_zones(s) {
         f.sample([&z.zone, &z.path], value(z));
     }
 }
 
-fn encode_node(w: &mut MetricWriter<'_>, s: &PowerSnapshot, ctx: &ExportContext) {
+fn encode_node(w: &mut MetricWriter<'_>, s: &PowerSnapshot) {
     node_zone_family(w, &r::NODE_CPU_JOULES, s, |z| z.total.energy);
     node_zone_family(w, &r::NODE_CPU_WATTS, s, |z| z.total.watts);
     node_zone_family(w, &r::NODE_CPU_ACTIVE_JOULES, s, |z| z.active.energy);
@@ -406,53 +423,88 @@ fn encode_node(w: &mut MetricWriter<'_>, s: &PowerSnapshot, ctx: &ExportContext)
 
     {
         let mut f = w.family(&r::NODE_CPU_ZONE_INFO);
-        for z in &s.zones {
-            let source = ctx.zone_sources.iter().find(|src| *src.zone == *z.zone);
-            let (meter, kind, model) = match source {
-                Some(src) => (
-                    src.meter.as_str(),
-                    src.provenance.as_str(),
-                    src.model.as_deref().unwrap_or(""),
-                ),
-                // A zone the agent did not describe: say so instead of guessing.
-                None => ("unknown", "unknown", ""),
-            };
-            f.sample([&z.zone, &z.path, meter, kind, model], 1u64);
+        for z in cpu_zones(s) {
+            let m = &z.meta;
+            f.sample(
+                [
+                    &z.zone,
+                    &z.path,
+                    &m.meter,
+                    m.provenance.as_str(),
+                    m.model.as_deref().unwrap_or(""),
+                ],
+                1u64,
+            );
         }
     }
 
-    let (policy, baseline) = match &s.idle_policy {
-        IdlePolicyState::Ratio => ("ratio", "none"),
-        IdlePolicyState::Baseline {
-            configured: true, ..
-        } => ("baseline", "configured"),
-        IdlePolicyState::Baseline { watts, .. } => {
-            if !watts.is_empty() && watts.iter().all(Option::is_some) {
-                ("baseline", "measured")
-            } else {
-                ("baseline", "pending")
-            }
-        }
-    };
+    let (policy, baseline) = idle_policy_labels(s);
     w.family(&r::NODE_CPU_IDLE_POLICY_INFO)
         .sample([policy, baseline], 1u64);
     if let IdlePolicyState::Baseline { watts, .. } = &s.idle_policy {
         let mut f = w.family(&r::NODE_CPU_IDLE_BASELINE_WATTS);
         for (z, w) in s.zones.iter().zip(watts) {
-            if let Some(w) = w {
+            if let (true, Some(w)) = (in_cpu_families(z), w) {
                 f.sample([&z.zone, &z.path], *w);
             }
         }
     }
 }
 
-/// Zone names of the snapshot zipped with a workload's values (parallel vectors; a shorter
-/// one simply ends the pairs, it never panics).
+/// The labels of `kepler_node_cpu_idle_policy_info`. Zones whose meter leaves idle out (an
+/// estimate inside a VM) follow no policy: when every zone is such a zone, the policy is
+/// `none`, and a configured baseline is not claimed.
+fn idle_policy_labels(s: &PowerSnapshot) -> (&'static str, &'static str) {
+    let zones: Vec<(usize, &NodeZone)> = s
+        .zones
+        .iter()
+        .enumerate()
+        .filter(|(_, z)| in_cpu_families(z))
+        .collect();
+    if !zones.is_empty() && zones.iter().all(|(_, z)| !z.meta.includes_idle) {
+        return ("none", "none");
+    }
+    match &s.idle_policy {
+        IdlePolicyState::Ratio => ("ratio", "none"),
+        IdlePolicyState::Baseline {
+            configured: true, ..
+        } => ("baseline", "configured"),
+        IdlePolicyState::Baseline { watts, .. } => {
+            let mut with_idle = zones
+                .iter()
+                .filter(|(_, z)| z.meta.includes_idle)
+                .map(|(i, _)| watts.get(*i).copied().flatten())
+                .peekable();
+            if with_idle.peek().is_some() && with_idle.all(|w| w.is_some()) {
+                ("baseline", "measured")
+            } else {
+                ("baseline", "pending")
+            }
+        }
+    }
+}
+
+/// Zones exported in the cpu families: the CPU domain's, and the platform's (upstream exports
+/// ACPI platform power under zone `platform` there too). GPU zones have families of their own.
+fn in_cpu_families(z: &NodeZone) -> bool {
+    z.meta.domain != PowerDomain::Gpu
+}
+
+fn cpu_zones(s: &PowerSnapshot) -> impl Iterator<Item = &NodeZone> {
+    s.zones.iter().filter(|z| in_cpu_families(z))
+}
+
+/// Zone names of the snapshot's cpu-family zones zipped with a workload's values (parallel
+/// vectors; a shorter one simply ends the pairs, it never panics).
 fn zones<'s>(
     s: &'s PowerSnapshot,
     values: &'s [ZoneValue],
 ) -> impl Iterator<Item = (&'s str, &'s ZoneValue)> {
-    s.zones.iter().map(|z| &*z.zone).zip(values)
+    s.zones
+        .iter()
+        .zip(values)
+        .filter(|(z, _)| in_cpu_families(z))
+        .map(|(z, v)| (&*z.zone, v))
 }
 
 fn encode_processes(w: &mut MetricWriter<'_>, s: &PowerSnapshot) {

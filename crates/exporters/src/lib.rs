@@ -33,14 +33,16 @@
 pub mod context;
 pub mod encode;
 pub mod level;
+pub mod outputs;
 pub mod registry;
 pub mod server;
 pub mod state;
 pub mod web_config;
 
-pub use context::{AgentStats, BuildInfo, EbpfCounts, ExportContext, ZoneSource};
+pub use context::{AgentStats, BuildInfo, EbpfCounts, ExportContext};
 pub use encode::{encode, FamilyWriter, Format, MetricWriter, SampleValue};
 pub use level::{Level, LevelError, MetricsLevel};
+pub use outputs::{Output, OutputError, PrometheusOutput, Publication, StdoutOutput};
 pub use registry::{metrics_markdown, Desc, Describe, MetricType};
 pub use server::{bind, serve, ServeError, Server};
 pub use state::{AgentState, Readiness};

@@ -359,6 +359,22 @@ pub static AGENT_EBPF_TRACKED: Desc<0> = Desc {
     level: None,
     node_name: true,
 };
+pub static AGENT_COMPONENT_UP: Desc<2> = Desc {
+    name: "kepler_agent_component_up",
+    help: "Whether a component of the agent works (1) or has failed (0); component is source, meter, output, poller, model_refresh or server",
+    kind: Gauge,
+    labels: ["component", "name"],
+    level: None,
+    node_name: true,
+};
+pub static AGENT_COMPONENT_ERRORS: Desc<2> = Desc {
+    name: "kepler_agent_component_errors_total",
+    help: "Errors a component of the agent has met since the agent started, failures and skipped inputs alike",
+    kind: Counter,
+    labels: ["component", "name"],
+    level: None,
+    node_name: true,
+};
 pub static NODE_FEATURE_RATE: Desc<1> = Desc {
     name: "kepler_node_model_feature_rate",
     help: "Model input feature of the last interval at node level, per second (bpf_cpu_time_ms is busy cpu milliseconds per second); exported with ebpf.exportFeatures",
@@ -385,6 +401,8 @@ pub static ALL: &[&dyn Describe] = &[
     &AGENT_PROCESSES,
     &AGENT_EBPF_DROPPED,
     &AGENT_EBPF_TRACKED,
+    &AGENT_COMPONENT_UP,
+    &AGENT_COMPONENT_ERRORS,
     &NODE_FEATURE_RATE,
     &PROCESS_FEATURE_RATE,
     &NODE_CPU_JOULES,
@@ -431,6 +449,14 @@ pub fn metrics_markdown() -> String {
          for a retention time so that every scraper sees their final energy). `type` is \
          `regular`, `container` or `vm`; `container_id` and `vm_id` are empty for processes \
          outside a container or VM.\n\n",
+    );
+    s.push_str(
+        "`kepler_node_cpu_idle_policy_info` says `policy=\"none\"` when every zone comes from a \
+         meter that reports dynamic power only (an estimate inside a VM): such zones are all \
+         active power and no idle policy or baseline applies to them. \
+         `kepler_agent_component_up` and `kepler_agent_component_errors_total` report every \
+         component of the agent (usage source, meters, outputs, background pollers and model \
+         refresh) the same way.\n\n",
     );
     s.push_str("| Name | Type | Labels | Help | Level |\n");
     s.push_str("|---|---|---|---|---|\n");

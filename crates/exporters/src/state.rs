@@ -7,7 +7,7 @@ use arc_swap::{ArcSwap, ArcSwapOption};
 use bytes::Bytes;
 use kepler_core::PowerSnapshot;
 
-use crate::context::{AgentStats, ExportContext, ZoneSource};
+use crate::context::{AgentStats, ExportContext};
 use crate::encode::{encode, Format};
 
 /// Whether the agent should receive traffic (`/readyz`).
@@ -60,18 +60,6 @@ impl AgentState {
         self.context.rcu(|c| {
             let mut c = ExportContext::clone(c);
             c.agent = stats;
-            c
-        });
-    }
-
-    /// Replaces the zone sources. The contract: callers call this whenever the mapping from
-    /// zones to meter, provenance and model changes (zones appearing or disappearing, a meter
-    /// replaced, a fallback to or between models), so that the exported source info matches
-    /// the snapshots published after it. Nothing here detects such changes.
-    pub fn set_zone_sources(&self, sources: Vec<ZoneSource>) {
-        self.context.rcu(|c| {
-            let mut c = ExportContext::clone(c);
-            c.zone_sources = sources.clone();
             c
         });
     }

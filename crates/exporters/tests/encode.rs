@@ -46,7 +46,7 @@ fn text_format_exact_lines() {
             &format!("kepler_node_cpu_unattributed_joules_total{{{NODE_PKG}}} 1"),
             &format!("kepler_node_cpu_unattributed_joules_total{{{NODE_DRAM}}} 0"),
             r#"kepler_node_cpu_zone_info{zone="package",path="/sys/class/powercap/intel-rapl:0",meter="rapl",source="measured",model="",node_name="node-1"} 1"#,
-            r#"kepler_node_cpu_zone_info{zone="dram",path="aggregated-dram",meter="unknown",source="unknown",model="",node_name="node-1"} 1"#,
+            r#"kepler_node_cpu_zone_info{zone="dram",path="aggregated-dram",meter="rapl",source="measured",model="",node_name="node-1"} 1"#,
             r#"kepler_node_cpu_idle_policy_info{policy="baseline",baseline="pending",node_name="node-1"} 1"#,
             &format!("kepler_node_cpu_idle_baseline_watts{{{NODE_PKG}}} 4.5"),
             r#"kepler_build_info{arch="x86_64",branch="main",revision="abc123",version="0.1.0",goversion="1.95.0"} 1"#,
@@ -395,4 +395,86 @@ fn features_and_ebpf_counts_appear_only_when_present() {
     if let Some((ok, output)) = check {
         assert!(ok, "{output}");
     }
+}
+
+#[test]
+fn a_dynamic_only_meter_claims_no_idle_policy() {
+    // An estimate inside a VM: dynamic power only, whatever attribution.idlePolicy says.
+    let mut snapshot = support::snapshot();
+    let dynamic = std::sync::Arc::new(kepler_core::ZoneMeta {
+        provenance: kepler_core::Provenance::Estimated,
+        model: Some("builtin-x".into()),
+        includes_idle: false,
+        ..kepler_core::ZoneMeta::measured("model")
+    });
+    for z in &mut snapshot.zones {
+        z.meta = dynamic.clone();
+    }
+    snapshot.idle_policy = kepler_core::IdlePolicyState::Baseline {
+        configured: true,
+        watts: vec![None, None],
+    };
+    let mut out = Vec::new();
+    encode(
+        Some(&snapshot),
+        &support::context(),
+        Format::Text004,
+        &mut out,
+    );
+    let text = String::from_utf8(out).unwrap();
+    assert_lines(
+        &text,
+        &[
+            r#"kepler_node_cpu_idle_policy_info{policy="none",baseline="none",node_name="node-1"} 1"#,
+            r#"kepler_node_cpu_zone_info{zone="package",path="/sys/class/powercap/intel-rapl:0",meter="model",source="estimated",model="builtin-x",node_name="node-1"} 1"#,
+        ],
+    );
+    assert!(
+        !text.contains("kepler_node_cpu_idle_baseline_watts{"),
+        "{text}"
+    );
+}
+
+#[test]
+fn gpu_zones_stay_out_of_the_cpu_families() {
+    let mut snapshot = support::snapshot();
+    let gpu = std::sync::Arc::new(kepler_core::ZoneMeta {
+        domain: kepler_core::PowerDomain::Gpu,
+        ..kepler_core::ZoneMeta::measured("nvml")
+    });
+    snapshot.zones[1].zone = "gpu0".into();
+    snapshot.zones[1].meta = gpu;
+    let mut out = Vec::new();
+    encode(
+        Some(&snapshot),
+        &support::context(),
+        Format::Text004,
+        &mut out,
+    );
+    let text = String::from_utf8(out).unwrap();
+    assert!(!text.contains("gpu0"), "{text}");
+    assert!(text.contains(r#"kepler_process_cpu_joules_total{pid="42""#));
+}
+
+#[test]
+fn component_health_is_exported() {
+    let ctx = support::context();
+    let meter = ctx
+        .health
+        .register(kepler_core::ComponentKind::Meter, "rapl");
+    ctx.health
+        .register(kepler_core::ComponentKind::Output, "stdout");
+    meter.set_down();
+    meter.set_down();
+    let text = render(&ctx, Format::Text004);
+    assert_lines(
+        &text,
+        &[
+            "# TYPE kepler_agent_component_up gauge",
+            r#"kepler_agent_component_up{component="meter",name="rapl",node_name="node-1"} 0"#,
+            r#"kepler_agent_component_up{component="output",name="stdout",node_name="node-1"} 1"#,
+            "# TYPE kepler_agent_component_errors_total counter",
+            r#"kepler_agent_component_errors_total{component="meter",name="rapl",node_name="node-1"} 2"#,
+        ],
+    );
 }

@@ -14,7 +14,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use kepler_core::{
-    MicroJoules, PowerMeter, Provenance, ReadError, Unavailable, Watts, ZoneReading, ZoneSample,
+    MeterInput, MicroJoules, PowerMeter, Provenance, ReadError, Unavailable, Watts, ZoneReading,
+    ZoneSample,
 };
 
 /// Upstream's default zones for its fake CPU meter.
@@ -229,7 +230,11 @@ impl PowerMeter for FakeMeter {
         self.zones.iter().map(|z| z.zone.to_string()).collect()
     }
 
-    fn read(&mut self, out: &mut Vec<ZoneReading>) -> Result<(), ReadError> {
+    fn read(
+        &mut self,
+        _input: &MeterInput<'_>,
+        out: &mut Vec<ZoneReading>,
+    ) -> Result<(), ReadError> {
         let elapsed = self.clock.now().saturating_sub(self.origin);
         for z in &self.zones {
             // Rounding is monotone and the curve never decreases, so the counter only grows
@@ -243,6 +248,7 @@ impl PowerMeter for FakeMeter {
                     counter: MicroJoules(u64::try_from(counter).unwrap_or(self.max.0)),
                     max: Some(self.max),
                 },
+                shares: None,
             });
         }
         Ok(())

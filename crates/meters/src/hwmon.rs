@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use kepler_core::{
-    MicroJoules, PowerMeter, ReadError, Unavailable, Watts, ZoneReading, ZoneSample,
+    MeterInput, MicroJoules, PowerMeter, ReadError, Unavailable, Watts, ZoneReading, ZoneSample,
 };
 use tracing::{debug, warn};
 
@@ -163,13 +163,18 @@ impl PowerMeter for HwmonMeter {
         self.sensors.iter().map(|s| s.zone.to_string()).collect()
     }
 
-    fn read(&mut self, out: &mut Vec<ZoneReading>) -> Result<(), ReadError> {
+    fn read(
+        &mut self,
+        _input: &MeterInput<'_>,
+        out: &mut Vec<ZoneReading>,
+    ) -> Result<(), ReadError> {
         for s in &self.sensors {
             let sample = s.sample(&mut self.buf)?;
             out.push(ZoneReading {
                 zone: s.zone.clone(),
                 path: s.path.clone(),
                 sample,
+                shares: None,
             });
         }
         Ok(())

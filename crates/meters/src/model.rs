@@ -7,10 +7,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
-use kepler_core::features::node_features;
-use kepler_core::{
-    PowerMeter, Provenance, ReadError, Unavailable, UsageSnapshot, Watts, ZoneReading, ZoneSample,
-};
+use kepler_core::{MeterInput, PowerMeter, Provenance, ReadError, Unavailable, Watts, ZoneReading};
 use kepler_models::Predictor;
 use tracing::{info, warn};
 
@@ -49,8 +46,6 @@ pub struct ModelMeter {
     /// Features the usage source can provide.
     available: Vec<String>,
     zones: Vec<(String, Arc<str>, Arc<str>)>,
-    /// Watts per component over the last interval.
-    watts: HashMap<String, f64>,
     /// The prediction at zero usage, subtracted for dynamic power; fixed per model.
     idle: Vec<(String, f64)>,
     file: Option<(ModelFile, Option<SystemTime>, std::time::Instant)>,
@@ -142,18 +137,12 @@ impl ModelMeter {
             model_name,
             output,
             available,
-            watts: HashMap::new(),
             idle: Vec::new(),
             file: None,
             detail: None,
         };
         meter.idle =
             idle_power(meter.predictor.as_ref(), &meter.model_name).map_err(Unavailable::new)?;
-        // Until the first interval is known, report the power at zero usage.
-        meter.watts = match meter.output {
-            OutputType::Abs => meter.idle.iter().cloned().collect(),
-            OutputType::Dyn => meter.idle.iter().map(|(c, _)| (c.clone(), 0.0)).collect(),
-        };
         Ok(meter)
     }
 
@@ -270,32 +259,33 @@ impl PowerMeter for ModelMeter {
         self.zones.iter().map(|(c, _, _)| c.clone()).collect()
     }
 
-    fn observe_usage(&mut self, previous: &UsageSnapshot, current: &UsageSnapshot) {
-        self.reload_if_changed();
-        let rates = node_features(previous, current).measured();
-        match self.predict_at(&rates) {
-            Ok(watts) => self.watts = watts,
-            Err(e) => {
-                warn!(error = %e, "estimation failed; this interval has no estimated power");
-                self.watts.clear();
-            }
-        }
+    fn needs_features(&self) -> bool {
+        true
     }
 
-    fn read(&mut self, out: &mut Vec<ZoneReading>) -> Result<(), ReadError> {
-        if self.watts.is_empty() {
-            return Err(ReadError::Other(format!(
-                "model {} has no prediction for this interval",
-                self.model_name
-            )));
-        }
+    fn read(
+        &mut self,
+        input: &MeterInput<'_>,
+        out: &mut Vec<ZoneReading>,
+    ) -> Result<(), ReadError> {
+        self.reload_if_changed();
+        let watts = match input.features {
+            Some(features) => self.predict_at(&features.measured()).map_err(|e| {
+                ReadError::Other(format!(
+                    "estimation with model {} failed: {e}",
+                    self.model_name
+                ))
+            })?,
+            // No interval yet (the first tick): the power at zero usage, which is what the
+            // counters of a real meter would start from.
+            None => match self.output {
+                OutputType::Abs => self.idle.iter().cloned().collect(),
+                OutputType::Dyn => self.idle.iter().map(|(c, _)| (c.clone(), 0.0)).collect(),
+            },
+        };
         for (component, zone, path) in &self.zones {
-            let watts = self.watts.get(component).copied().unwrap_or(0.0);
-            out.push(ZoneReading {
-                zone: zone.clone(),
-                path: path.clone(),
-                sample: ZoneSample::Power(Watts(watts)),
-            });
+            let w = watts.get(component).copied().unwrap_or(0.0);
+            out.push(ZoneReading::power(zone.clone(), path.clone(), Watts(w)));
         }
         Ok(())
     }
@@ -304,7 +294,8 @@ impl PowerMeter for ModelMeter {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use kepler_core::{zone_energies, EnergySnapshot, MicroJoules, NodeCpuTimes};
+    use kepler_core::features::FeatureRates;
+    use kepler_core::{zone_energies, EnergySnapshot, MicroJoules, ZoneSample};
 
     /// package = 10 + 0.01·x, dram = 2 + 0.001·x, with x = bpf_cpu_time_ms.
     const LINEAR: &str = r#"{"package": {"All_Weights": {"Bias_Weight": 10.0, "Categorical_Variables": {},
@@ -317,21 +308,17 @@ mod tests {
             .unwrap()
     }
 
-    fn usage(uptime: u64, busy_s: u64) -> UsageSnapshot {
-        UsageSnapshot {
-            uptime: Duration::from_secs(uptime),
-            node: NodeCpuTimes {
-                total: Duration::from_secs(uptime * 2),
-                idle: Duration::from_secs(uptime * 2 - busy_s),
-                iowait: Duration::ZERO,
-            },
-            processes: Vec::new(),
+    /// Node features of an interval with `busy_ms_per_s` busy CPU milliseconds per second.
+    fn busy(busy_ms_per_s: f64) -> FeatureRates {
+        FeatureRates {
+            bpf_cpu_time_ms: busy_ms_per_s,
+            ..FeatureRates::default()
         }
     }
 
-    fn read(meter: &mut ModelMeter) -> Vec<ZoneReading> {
+    fn read(meter: &mut ModelMeter, features: Option<&FeatureRates>) -> Vec<ZoneReading> {
         let mut out = Vec::new();
-        meter.read(&mut out).unwrap();
+        meter.read(&MeterInput { features }, &mut out).unwrap();
         out
     }
 
@@ -348,15 +335,14 @@ mod tests {
         assert_eq!(meter.zones(), vec!["package", "dram"]);
         let first = EnergySnapshot {
             at: Duration::from_secs(0),
-            readings: read(&mut meter),
+            readings: read(&mut meter, None),
         };
         // 2 s with 3 busy CPU-seconds: x = 1500 ms/s → package 25 W, dram 3.5 W.
-        meter.observe_usage(&usage(100, 10), &usage(102, 13));
         let second = EnergySnapshot {
             at: Duration::from_secs(2),
-            readings: read(&mut meter),
+            readings: read(&mut meter, Some(&busy(1500.0))),
         };
-        let (zones, issues) = zone_energies(&first, &second);
+        let (zones, issues) = zone_energies(&first, &second, &Arc::new(meter.meta()));
         assert!(issues.is_empty());
         assert_eq!(zones[0].energy, MicroJoules(50_000_000));
         assert_eq!(zones[1].energy, MicroJoules(7_000_000));
@@ -371,8 +357,11 @@ mod tests {
             vec!["bpf_cpu_time_ms".into()],
         )
         .unwrap();
-        meter.observe_usage(&usage(100, 10), &usage(102, 13));
-        let readings = read(&mut meter);
+        assert_eq!(
+            read(&mut meter, None)[0].sample,
+            ZoneSample::Power(Watts(0.0))
+        );
+        let readings = read(&mut meter, Some(&busy(1500.0)));
         assert_eq!(readings[0].sample, ZoneSample::Power(Watts(15.0)));
         assert!(
             matches!(readings[1].sample, ZoneSample::Power(Watts(w)) if (w - 1.5).abs() < 1e-12)
@@ -415,11 +404,16 @@ mod tests {
         // Same size, later modification time: bias 10 → 20.
         std::thread::sleep(Duration::from_millis(20));
         std::fs::write(&path, LINEAR.replace("10.0", "20.0")).unwrap();
-        meter.observe_usage(&usage(100, 10), &usage(102, 10));
-        assert_eq!(read(&mut meter)[0].sample, ZoneSample::Power(Watts(20.0)));
+        let idle = busy(0.0);
+        assert_eq!(
+            read(&mut meter, Some(&idle))[0].sample,
+            ZoneSample::Power(Watts(20.0))
+        );
         std::thread::sleep(Duration::from_millis(20));
         std::fs::write(&path, "{not json").unwrap();
-        meter.observe_usage(&usage(102, 10), &usage(104, 10));
-        assert_eq!(read(&mut meter)[0].sample, ZoneSample::Power(Watts(20.0)));
+        assert_eq!(
+            read(&mut meter, Some(&idle))[0].sample,
+            ZoneSample::Power(Watts(20.0))
+        );
     }
 }

@@ -9,7 +9,9 @@ use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use kepler_core::{MicroJoules, PowerMeter, ReadError, Unavailable, ZoneReading, ZoneSample};
+use kepler_core::{
+    MeterInput, MicroJoules, PowerMeter, ReadError, Unavailable, ZoneReading, ZoneSample,
+};
 use tracing::{debug, warn};
 
 use crate::sysfs::{natural_cmp, read_text, read_u64, AttrError};
@@ -120,7 +122,11 @@ impl PowerMeter for RaplMeter {
         self.zones.iter().map(|z| z.zone.to_string()).collect()
     }
 
-    fn read(&mut self, out: &mut Vec<ZoneReading>) -> Result<(), ReadError> {
+    fn read(
+        &mut self,
+        _input: &MeterInput<'_>,
+        out: &mut Vec<ZoneReading>,
+    ) -> Result<(), ReadError> {
         for z in &self.zones {
             let counter = read_u64(&z.energy_file, &mut self.buf)?;
             out.push(ZoneReading {
@@ -130,6 +136,7 @@ impl PowerMeter for RaplMeter {
                     counter: MicroJoules(counter),
                     max: z.max,
                 },
+                shares: None,
             });
         }
         Ok(())

@@ -4,6 +4,7 @@ use std::f64::consts::PI;
 use std::sync::Arc;
 use std::time::Duration;
 
+use kepler_core::MeterInput;
 use kepler_core::{
     zone_energies, EnergySnapshot, MicroJoules, PowerMeter, Watts, ZoneReading, ZoneSample,
 };
@@ -12,7 +13,7 @@ use kepler_meters::{FakeMeter, FakeSettings, ManualClock};
 
 fn counters(meter: &mut FakeMeter) -> Vec<u64> {
     let mut out = Vec::new();
-    meter.read(&mut out).unwrap();
+    meter.read(&MeterInput::default(), &mut out).unwrap();
     out.iter()
         .map(|r| match r.sample {
             ZoneSample::Energy { counter, max } => {
@@ -26,7 +27,7 @@ fn counters(meter: &mut FakeMeter) -> Vec<u64> {
 
 fn readings(meter: &mut FakeMeter) -> Vec<ZoneReading> {
     let mut out = Vec::new();
-    meter.read(&mut out).unwrap();
+    meter.read(&MeterInput::default(), &mut out).unwrap();
     out
 }
 
@@ -118,7 +119,7 @@ fn core_recovers_the_energy_across_wraps() {
             at: Duration::from_secs(tick * 5),
             readings: readings(&mut meter),
         };
-        let (e, issues) = zone_energies(&prev, &cur);
+        let (e, issues) = zone_energies(&prev, &cur, &std::sync::Arc::new(meter.meta()));
         assert!(issues.is_empty(), "{issues:?}");
         total += e[0].energy.0;
         if let (ZoneSample::Energy { counter: a, .. }, ZoneSample::Energy { counter: b, .. }) =

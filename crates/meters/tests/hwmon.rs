@@ -2,6 +2,7 @@
 
 use std::time::Duration;
 
+use kepler_core::MeterInput;
 use kepler_core::{
     zone_energies, EnergySnapshot, MicroJoules, PowerMeter, ReadError, Watts, ZoneReading,
     ZoneSample,
@@ -11,7 +12,7 @@ use kepler_meters::HwmonMeter;
 
 fn read(meter: &mut HwmonMeter) -> Vec<ZoneReading> {
     let mut out = Vec::new();
-    meter.read(&mut out).unwrap();
+    meter.read(&MeterInput::default(), &mut out).unwrap();
     out
 }
 
@@ -151,7 +152,7 @@ fn readings_follow_the_files_and_integrate_in_core() {
         readings: read(&mut meter),
     };
 
-    let (energies, issues) = zone_energies(&before, &after);
+    let (energies, issues) = zone_energies(&before, &after, &std::sync::Arc::new(meter.meta()));
     assert!(issues.is_empty(), "{issues:?}");
     assert_eq!(&*energies[0].zone, "platform");
     assert_eq!(energies[0].energy, MicroJoules(400_000_000));
@@ -231,7 +232,10 @@ fn unreadable_sensor_is_skipped_at_open_and_an_error_later() {
 
     std::fs::remove_file(acpi.join("power1_average")).unwrap();
     let mut out = Vec::new();
-    assert!(matches!(meter.read(&mut out), Err(ReadError::Io { .. })));
+    assert!(matches!(
+        meter.read(&MeterInput::default(), &mut out),
+        Err(ReadError::Io { .. })
+    ));
 }
 
 #[test]

@@ -4,6 +4,7 @@ use std::fs;
 use std::path::Path;
 use std::time::Duration;
 
+use kepler_core::MeterInput;
 use kepler_core::{
     zone_energies, EnergySnapshot, MicroJoules, PowerMeter, ReadError, ZoneReading, ZoneSample,
 };
@@ -14,7 +15,7 @@ const MAX: u64 = 262_143_328_850;
 
 fn read(meter: &mut RaplMeter) -> Vec<ZoneReading> {
     let mut out = Vec::new();
-    meter.read(&mut out).unwrap();
+    meter.read(&MeterInput::default(), &mut out).unwrap();
     out
 }
 
@@ -114,7 +115,7 @@ fn dual_socket_is_summed_and_unwrapped_by_core() {
     // Each socket's counter stays raw: no unwrapping in the meter.
     assert_eq!(counter(&after.readings[2]), (19_999, Some(max)));
 
-    let (energies, issues) = zone_energies(&before, &after);
+    let (energies, issues) = zone_energies(&before, &after, &std::sync::Arc::new(meter.meta()));
     assert!(issues.is_empty(), "{issues:?}");
     assert_eq!(energies.len(), 2);
     assert_eq!(&*energies[0].zone, "package");
@@ -215,7 +216,7 @@ fn zone_that_breaks_later_gives_a_read_error() {
     let energy = tree.zone_dir(1).unwrap().join("energy_uj");
     fs::remove_file(&energy).unwrap();
     let mut out = Vec::new();
-    match meter.read(&mut out) {
+    match meter.read(&MeterInput::default(), &mut out) {
         Err(ReadError::Io { path, .. }) => {
             assert!(path.ends_with("intel-rapl:0:0/energy_uj"), "{path}")
         }
@@ -225,18 +226,24 @@ fn zone_that_breaks_later_gives_a_read_error() {
     // A directory where the file was: read fails with EISDIR, still no panic.
     fs::create_dir(&energy).unwrap();
     out.clear();
-    assert!(matches!(meter.read(&mut out), Err(ReadError::Io { .. })));
+    assert!(matches!(
+        meter.read(&MeterInput::default(), &mut out),
+        Err(ReadError::Io { .. })
+    ));
 
     // Garbage content is a parse error.
     fs::remove_dir(&energy).unwrap();
     fs::write(&energy, "not a number\n").unwrap();
     out.clear();
-    assert!(matches!(meter.read(&mut out), Err(ReadError::Parse { .. })));
+    assert!(matches!(
+        meter.read(&MeterInput::default(), &mut out),
+        Err(ReadError::Parse { .. })
+    ));
 
     // And the meter recovers once the file is back.
     tree.set_energy(1, 9).unwrap();
     out.clear();
-    meter.read(&mut out).unwrap();
+    meter.read(&MeterInput::default(), &mut out).unwrap();
     assert_eq!(counter(&out[1]).0, 9);
 }
 

@@ -4,7 +4,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
 
 use kepler_core::{
-    Classifier, ContainerRef, PodRef, ProcessInfo, ProcessType, VmRef, WorkloadIdentity,
+    Catalogue, Classifier, ContainerId, ProcessInfo, ProcessType, VmId, WorkloadIdentity,
 };
 
 use crate::cgroup::container_from_cgroup_path;
@@ -16,24 +16,38 @@ use crate::vm::vm_from_cmdline;
 /// in a container (KubeVirt's virt-launcher pods) both are set, so its energy counts for the VM
 /// and for the container and pod, and its type is `vm`, the more specific of the two.
 ///
-/// Identities are shared: every process of a container gets the same `Arc<ContainerRef>`, and
-/// every container of a pod the same `Arc<PodRef>`. An identity nobody else holds any more is
-/// dropped when the tables have doubled since the last sweep, so memory follows the live set.
+/// Identities are ids, shared: every process of a container gets the same `Arc<ContainerId>`.
+/// The VM name a command line gives is written to the identity catalogue, where attribution
+/// joins it. An identity nobody else holds any more is dropped when the tables have doubled
+/// since the last sweep, so memory follows the live set; its catalogue names go with it.
 #[derive(Default)]
 pub struct CgroupClassifier {
     tables: Mutex<Tables>,
+    catalogue: Arc<Catalogue>,
 }
 
 #[derive(Default)]
 struct Tables {
-    containers: Interner<ContainerRef>,
-    pods: Interner<PodRef>,
-    vms: Interner<VmRef>,
+    containers: Interner<ContainerId>,
+    vms: Interner<VmId>,
 }
 
 impl CgroupClassifier {
+    /// A classifier writing names to a catalogue of its own (see [`Self::with_catalogue`]).
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// Writes the names it reads (VM names from command lines) to `catalogue`.
+    pub fn with_catalogue(catalogue: Arc<Catalogue>) -> Self {
+        CgroupClassifier {
+            tables: Mutex::default(),
+            catalogue,
+        }
+    }
+
+    pub fn catalogue(&self) -> &Arc<Catalogue> {
+        &self.catalogue
     }
 }
 
@@ -42,7 +56,6 @@ impl std::fmt::Debug for CgroupClassifier {
         let tables = self.tables.lock().unwrap_or_else(PoisonError::into_inner);
         f.debug_struct("CgroupClassifier")
             .field("containers", &tables.containers.map.len())
-            .field("pods", &tables.pods.map.len())
             .field("vms", &tables.vms.map.len())
             .finish()
     }
@@ -60,41 +73,44 @@ impl Classifier for CgroupClassifier {
         }
         // A poisoned lock only means another thread panicked mid-insert; the maps stay valid.
         let mut tables = self.tables.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut forgotten_vms = Vec::new();
         let container = found.map(|(id, runtime, pod_uid)| {
-            let pod = pod_uid.map(|uid| {
-                tables.pods.intern(
-                    &uid,
-                    |_| true,
-                    || PodRef {
-                        id: uid.clone(),
-                        ..PodRef::default()
-                    },
-                )
-            });
-            let same = |c: &ContainerRef| {
-                c.runtime == runtime && c.pod.as_ref().map(|p| &p.id) == pod.as_ref().map(|p| &p.id)
+            let ids = ContainerId {
+                id: id.clone(),
+                runtime,
+                pod_id: pod_uid,
             };
-            tables.containers.intern(&id, same, || {
-                tracing::debug!(id, runtime = runtime.as_str(), "new container");
-                ContainerRef {
-                    id: id.clone(),
-                    name: String::new(),
-                    runtime,
-                    pod: pod.clone(),
-                }
-            })
+            let (container, _) = tables.containers.intern(
+                &id,
+                |known| *known == ids,
+                || {
+                    tracing::debug!(id, runtime = runtime.as_str(), "new container");
+                    ids.clone()
+                },
+            );
+            container
         });
         let vm = vm.map(|vm| {
-            let id = vm.id.clone();
-            tables.vms.intern(
-                &id,
-                |known| *known == vm,
+            let ids = VmId {
+                id: vm.id.clone(),
+                hypervisor: vm.hypervisor.clone(),
+            };
+            let (shared, swept) = tables.vms.intern(
+                &vm.id,
+                |known| *known == ids,
                 || {
                     tracing::debug!(id = vm.id, name = vm.name, "new virtual machine");
-                    vm.clone()
+                    ids.clone()
                 },
-            )
+            );
+            forgotten_vms = swept;
+            if !vm.name.is_empty() {
+                self.catalogue.set_vm_name(&vm.id, &vm.name);
+            }
+            shared
         });
+        drop(tables);
+        self.catalogue.forget(&[], &forgotten_vms);
         let process_type = if vm.is_some() {
             ProcessType::Vm
         } else {
@@ -128,18 +144,31 @@ const MIN_SWEEP: usize = 64;
 
 impl<T> Interner<T> {
     /// The shared value for `id`, made by `make` when there is none or the known one is not
-    /// `same` (an id reused with different details replaces the old value).
-    fn intern(&mut self, id: &str, same: impl Fn(&T) -> bool, make: impl FnOnce() -> T) -> Arc<T> {
+    /// `same` (an id reused with different details replaces the old value); with the ids a
+    /// sweep dropped on the way.
+    fn intern(
+        &mut self,
+        id: &str,
+        same: impl Fn(&T) -> bool,
+        make: impl FnOnce() -> T,
+    ) -> (Arc<T>, Vec<String>) {
         if let Some(known) = self.map.get(id).filter(|known| same(known)) {
-            return known.clone();
+            return (known.clone(), Vec::new());
         }
+        let mut swept = Vec::new();
         if self.map.len() >= self.sweep_at {
-            self.map.retain(|_, value| Arc::strong_count(value) > 1);
+            self.map.retain(|key, value| {
+                let used = Arc::strong_count(value) > 1;
+                if !used {
+                    swept.push(key.clone());
+                }
+                used
+            });
             self.sweep_at = (self.map.len() * 2).max(MIN_SWEEP);
         }
         let value = Arc::new(make());
         self.map.insert(id.to_owned(), value.clone());
-        value
+        (value, swept)
     }
 }
 

@@ -5,11 +5,25 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use kepler_core::{
-    ContainerPower, ContainerRef, CpuInfo, IdlePolicyState, MicroJoules, NodeZone, PodPower,
-    PodRef, PowerSnapshot, ProcessInfo, ProcessKey, ProcessPower, ProcessType, Runtime, VmPower,
-    VmRef, Watts, WorkloadIdentity, WorkloadState, ZoneValue,
+    ContainerId, ContainerPower, ContainerRef, CpuInfo, Health, IdlePolicyState, MicroJoules,
+    NodeZone, PodPower, PodRef, PowerSnapshot, ProcessInfo, ProcessKey, ProcessPower, ProcessType,
+    Runtime, VmId, VmPower, VmRef, Watts, WorkloadIdentity, WorkloadState, ZoneMeta, ZoneValue,
 };
-use kepler_exporters::{BuildInfo, ExportContext, MetricsLevel, ZoneSource};
+use kepler_exporters::{BuildInfo, ExportContext, MetricsLevel};
+
+/// The facts of a measured RAPL zone.
+pub fn rapl() -> Arc<ZoneMeta> {
+    Arc::new(ZoneMeta::measured("rapl"))
+}
+
+/// The ids a process in `container` carries.
+pub fn ids_of(container: &ContainerRef) -> Arc<ContainerId> {
+    Arc::new(ContainerId {
+        id: container.id.clone(),
+        runtime: container.runtime,
+        pod_id: container.pod.as_ref().map(|p| p.id.clone()),
+    })
+}
 
 pub fn zv(uj: u64, w: f64) -> ZoneValue {
     ZoneValue {
@@ -37,17 +51,12 @@ pub fn context() -> ExportContext {
             core_id: "0".into(),
         }]
         .into(),
-        zone_sources: vec![ZoneSource {
-            zone: "package".into(),
-            meter: "rapl".into(),
-            provenance: kepler_core::Provenance::Measured,
-            model: None,
-        }],
         agent: kepler_exporters::AgentStats {
             last_tick_duration: Duration::from_micros(2500),
             ticks: 12,
             ebpf: None,
         },
+        health: Arc::new(Health::new()),
     }
 }
 
@@ -93,6 +102,7 @@ pub fn snapshot() -> PowerSnapshot {
             NodeZone {
                 zone: "package".into(),
                 path: "/sys/class/powercap/intel-rapl:0".into(),
+                meta: rapl(),
                 total: zv(123_456_789, 24.5),
                 active: zv(100_000_000, 20.0),
                 idle: zv(23_456_789, 4.5),
@@ -101,6 +111,7 @@ pub fn snapshot() -> PowerSnapshot {
             NodeZone {
                 zone: "dram".into(),
                 path: "aggregated-dram".into(),
+                meta: rapl(),
                 total: zv(5_000_000, 1.0),
                 active: zv(4_000_000, 0.8),
                 idle: zv(1_000_000, 0.2),
@@ -118,7 +129,7 @@ pub fn snapshot() -> PowerSnapshot {
                 "/usr/sbin/nginx",
                 WorkloadIdentity {
                     process_type: ProcessType::Container,
-                    container: Some(container.clone()),
+                    container: Some(ids_of(&container)),
                     vm: None,
                 },
                 WorkloadState::Running,
@@ -139,7 +150,10 @@ pub fn snapshot() -> PowerSnapshot {
                 WorkloadIdentity {
                     process_type: ProcessType::Vm,
                     container: None,
-                    vm: Some(vm.clone()),
+                    vm: Some(Arc::new(VmId {
+                        id: vm.id.clone(),
+                        hypervisor: vm.hypervisor.clone(),
+                    })),
                 },
                 WorkloadState::Running,
                 vec![zv(9_000_000, 1.8), zv(500_000, 0.1)].into(),
@@ -173,6 +187,7 @@ pub fn synthetic(processes: usize, zones: usize) -> PowerSnapshot {
         .map(|i| NodeZone {
             zone: zone_names[i % zone_names.len()].into(),
             path: format!("/sys/class/powercap/intel-rapl:0:{i}").into(),
+            meta: rapl(),
             total: zv(987_654_321_012, 123.456),
             active: zv(600_000_000_000, 80.25),
             idle: zv(387_654_321_012, 43.206),
@@ -217,7 +232,7 @@ pub fn synthetic(processes: usize, zones: usize) -> PowerSnapshot {
             });
             WorkloadIdentity {
                 process_type: ProcessType::Container,
-                container: Some(container),
+                container: Some(ids_of(&container)),
                 vm: None,
             }
         } else {

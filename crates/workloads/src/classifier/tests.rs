@@ -31,7 +31,10 @@ fn regular_container_and_kernel_thread() {
     let container = identity.container.unwrap();
     assert_eq!(container.id, ID_A);
     assert_eq!(container.runtime, kepler_core::Runtime::Containerd);
-    assert_eq!(container.pod.as_ref().unwrap().id, UID_.replace('_', "-"));
+    assert_eq!(
+        container.pod_id.as_deref(),
+        Some(UID_.replace('_', "-").as_str())
+    );
     assert!(identity.vm.is_none());
 
     let mut kthread = info(&format!("/docker/{ID_A}"), &[]);
@@ -40,7 +43,7 @@ fn regular_container_and_kernel_thread() {
 }
 
 #[test]
-fn processes_share_container_and_pod_allocations() {
+fn processes_share_container_allocations() {
     let c = CgroupClassifier::new();
     let a1 = c
         .classify(&info(&pod_path(ID_A), &["a"]))
@@ -56,15 +59,13 @@ fn processes_share_container_and_pod_allocations() {
         .unwrap();
     assert!(Arc::ptr_eq(&a1, &a2));
     assert!(!Arc::ptr_eq(&a1, &b));
-    assert!(Arc::ptr_eq(
-        a1.pod.as_ref().unwrap(),
-        b.pod.as_ref().unwrap()
-    ));
+    assert_eq!(a1.pod_id, b.pod_id);
 }
 
 #[test]
 fn hypervisor_is_a_vm_even_inside_a_container() {
-    let c = CgroupClassifier::new();
+    let catalogue = Arc::new(Catalogue::new());
+    let c = CgroupClassifier::with_catalogue(catalogue.clone());
     let qemu = [
         "/usr/bin/qemu-system-x86_64",
         "-name",
@@ -79,10 +80,9 @@ fn hypervisor_is_a_vm_even_inside_a_container() {
     assert_eq!(host.process_type, ProcessType::Vm);
     assert!(host.container.is_none());
     let vm = host.vm.unwrap();
-    assert_eq!(
-        (vm.id.as_str(), vm.name.as_str(), vm.hypervisor.as_str()),
-        (UUID, "vm1", "kvm")
-    );
+    assert_eq!((vm.id.as_str(), vm.hypervisor.as_str()), (UUID, "kvm"));
+    // The name goes to the catalogue, where attribution joins it.
+    assert_eq!(catalogue.view().vm_name(UUID), Some("vm1"));
     let again = c.classify(&info("/", &qemu)).vm.unwrap();
     assert!(Arc::ptr_eq(&vm, &again));
 
@@ -139,4 +139,20 @@ fn usable_as_a_shared_trait_object() {
         .collect();
     let refs: Vec<_> = handles.into_iter().map(|h| h.join().unwrap()).collect();
     assert!(refs.windows(2).all(|w| Arc::ptr_eq(&w[0], &w[1])));
+}
+
+#[test]
+fn swept_vms_leave_the_catalogue() {
+    let catalogue = Arc::new(Catalogue::new());
+    let c = CgroupClassifier::with_catalogue(catalogue.clone());
+    for i in 0..(2 * MIN_SWEEP as u32) {
+        let uuid = format!("00000000-0000-0000-0000-{i:012}");
+        let args = ["qemu-system-x86_64", "-uuid", &uuid, "-name", "guest=g"];
+        let args: Vec<&str> = args.to_vec();
+        drop(c.classify(&info("/", &args)));
+    }
+    let first = "00000000-0000-0000-0000-000000000000";
+    assert_eq!(catalogue.view().vm_name(first), None, "swept with its id");
+    let last = format!("00000000-0000-0000-0000-{:012}", 2 * MIN_SWEEP - 1);
+    assert_eq!(catalogue.view().vm_name(&last), Some("g"));
 }

@@ -1,8 +1,30 @@
 //! `exporter.stdout`: a short human-readable summary of each tick, for running by hand.
 
-use std::fmt::Write;
+use std::fmt::Write as _;
+use std::io::Write as _;
 
 use kepler_core::{PowerSnapshot, WorkloadState};
+
+use super::{Output, OutputError, Publication};
+
+/// Prints [`summary`] of each tick to standard output. A closed pipe (`kepler | head`) is an
+/// error of this output, not a crash of the agent.
+#[derive(Debug, Default)]
+pub struct StdoutOutput;
+
+impl Output for StdoutOutput {
+    fn name(&self) -> &str {
+        "stdout"
+    }
+
+    fn publish(&mut self, publication: &Publication) -> Result<(), OutputError> {
+        let text = summary(&publication.snapshot);
+        let mut out = std::io::stdout().lock();
+        out.write_all(text.as_bytes())?;
+        out.flush()?;
+        Ok(())
+    }
+}
 
 /// Processes listed per zone, most power first.
 const TOP: usize = 5;

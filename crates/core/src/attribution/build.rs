@@ -1,0 +1,100 @@
+//! Phase 5: the immutable snapshot of the tick.
+
+use std::time::Duration;
+
+use super::{Attributor, IdlePolicy};
+use crate::snapshot::{
+    ContainerPower, IdlePolicyState, NodeZone, PodPower, PowerSnapshot, ProcessPower, VmPower,
+    ZoneValue, ZoneValues,
+};
+
+impl Attributor {
+    pub(super) fn snapshot(&self, usage_ratio: f64, interval: Duration) -> PowerSnapshot {
+        let zone_count = self.zones.len();
+        let padded = |zones: &ZoneValues| {
+            let mut z = zones.clone();
+            z.resize(zone_count, ZoneValue::default());
+            z
+        };
+        // A group created for its names but never credited (a pod the catalogue linked to a
+        // container that has not run since) has nothing to report.
+        let credited = |seen_tick: u64| seen_tick > 0;
+        PowerSnapshot {
+            tick: self.tick,
+            interval,
+            usage_ratio,
+            zones: self
+                .zones
+                .iter()
+                .map(|z| NodeZone {
+                    zone: z.zone.clone(),
+                    path: z.path.clone(),
+                    meta: z.meta.clone(),
+                    total: z.total,
+                    active: z.active,
+                    idle: z.idle,
+                    unattributed: z.unattributed,
+                })
+                .collect(),
+            idle_policy: match &self.config.idle {
+                IdlePolicy::Ratio => IdlePolicyState::Ratio,
+                IdlePolicy::Baseline { configured, .. } => IdlePolicyState::Baseline {
+                    configured: configured.is_some(),
+                    watts: self
+                        .zones
+                        .iter()
+                        .map(|z| {
+                            z.meta
+                                .includes_idle
+                                .then(|| configured.or(z.baseline))
+                                .flatten()
+                        })
+                        .collect(),
+                },
+            },
+            processes: self
+                .processes
+                .iter()
+                .map(|(key, p)| ProcessPower {
+                    key: *key,
+                    info: p.info.clone(),
+                    state: p.workload.state(),
+                    cpu_time: p.workload.cpu_time,
+                    zones: padded(&p.workload.zones),
+                })
+                .collect(),
+            containers: self
+                .containers
+                .values()
+                .filter(|c| credited(c.seen_tick))
+                .map(|c| ContainerPower {
+                    container: c.reference.joined.clone(),
+                    state: c.state(),
+                    cpu_time: c.cpu_time,
+                    zones: padded(&c.zones),
+                })
+                .collect(),
+            pods: self
+                .pods
+                .values()
+                .filter(|p| credited(p.seen_tick))
+                .map(|p| PodPower {
+                    pod: p.reference.clone(),
+                    state: p.state(),
+                    zones: padded(&p.zones),
+                })
+                .collect(),
+            vms: self
+                .vms
+                .values()
+                .filter(|v| credited(v.seen_tick))
+                .map(|v| VmPower {
+                    vm: v.reference.joined.clone(),
+                    state: v.state(),
+                    zones: padded(&v.zones),
+                })
+                .collect(),
+            features: None,
+        }
+    }
+}

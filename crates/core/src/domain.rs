@@ -1,0 +1,64 @@
+//! Power domains and the facts every zone carries from its meter into the snapshot.
+
+use std::sync::Arc;
+
+use crate::source::Provenance;
+
+/// A part of the machine with its own fallback chain of meters (DESIGN §2). Zones of different
+/// domains are attributed independently: conservation holds per zone in every domain.
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum PowerDomain {
+    /// CPU packages, cores, uncore and DRAM (RAPL, hwmon, models).
+    #[default]
+    Cpu,
+    /// The whole machine as a BMC or the ACPI power meter sees it.
+    Platform,
+    /// Accelerators; shares usually come from the device's own per-process accounting.
+    Gpu,
+}
+
+impl PowerDomain {
+    pub const ALL: [PowerDomain; 3] = [PowerDomain::Cpu, PowerDomain::Platform, PowerDomain::Gpu];
+
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            PowerDomain::Cpu => "cpu",
+            PowerDomain::Platform => "platform",
+            PowerDomain::Gpu => "gpu",
+        }
+    }
+}
+
+impl std::fmt::Display for PowerDomain {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Where a zone's numbers come from. One value is shared by every zone of a meter and travels
+/// with the zone into the snapshot, so outputs never need a side channel to label a zone.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ZoneMeta {
+    pub domain: PowerDomain,
+    /// The meter's registry name (`rapl`, `hwmon`, `fake`, `model`, ...).
+    pub meter: Arc<str>,
+    pub provenance: Provenance,
+    /// The estimation model, for estimated zones.
+    pub model: Option<Arc<str>>,
+    /// False for meters that report dynamic power only (an estimate inside a VM): all of
+    /// such a zone's energy is active and no idle policy applies to it.
+    pub includes_idle: bool,
+}
+
+impl ZoneMeta {
+    /// A measured CPU zone of the named meter, idle included: the common case.
+    pub fn measured(meter: &str) -> ZoneMeta {
+        ZoneMeta {
+            domain: PowerDomain::Cpu,
+            meter: Arc::from(meter),
+            provenance: Provenance::Measured,
+            model: None,
+            includes_idle: true,
+        }
+    }
+}
