@@ -24,6 +24,7 @@ mod cgroups;
 mod loader;
 mod perf;
 mod proc;
+mod reconcile;
 mod source;
 
 use std::fmt;

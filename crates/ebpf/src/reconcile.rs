@@ -1,0 +1,357 @@
+//! Reconciliation: what the BPF side handed over in one snapshot (live entries of the process
+//! map, running stretches, drained exit records) merged with what earlier snapshots reported,
+//! into the snapshot's process list. No I/O here: the few questions that need the host (is a
+//! process still in /proc, what is it, the process map's entry now, did a delete win) go
+//! through [`Host`], so tests drive every rule with a fake one and without root.
+
+mod gc;
+
+use std::collections::hash_map::Entry;
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use kepler_core::{ProcessInfo, ProcessKey, ProcessUsage, TaskCounters};
+
+use crate::abi::{ExitRecord, TaskTotals};
+
+/// Snapshots an exited process's totals are kept, to merge late pieces of the same group.
+/// Also how many snapshots a known process may be missing from the map before it is forgotten.
+const ENDED_TTL: u32 = 3;
+/// Exited groups held while snapshots fail (one drain of a 4 MiB ring is at most ~30.8k):
+/// beyond this, new ones are dropped and counted rather than held without bound.
+const MAX_PENDING: usize = 1 << 16;
+
+/// How a (tgid, start time in ns) pair read from BPF becomes the key procfs would give the
+/// same process: the start time floored to a clock tick.
+pub(crate) trait Keys {
+    fn key(&self, tgid: u32, start_ns: u64) -> ProcessKey;
+}
+
+/// What the reconciliation asks of the host while merging one snapshot.
+pub(crate) trait Host: Keys {
+    /// Whether the process with this key still runs (`/proc/<pid>/stat` gives the same key).
+    fn is_alive(&mut self, key: ProcessKey) -> bool;
+    /// The process map's entry for `tgid` now; `None` when there is none.
+    fn entry(&mut self, tgid: u32) -> Option<TaskTotals>;
+    /// Deletes `tgid`'s entry from the process map; true when this delete removed it.
+    fn delete(&mut self, tgid: u32) -> bool;
+    /// Describes a process (from /proc while it lives, else from `totals` and what its exit
+    /// record adds), its workload classified and its cgroup id set from `totals`.
+    fn describe(
+        &mut self,
+        key: ProcessKey,
+        totals: &TaskTotals,
+        exit: Option<&ExitInfo>,
+    ) -> ProcessInfo;
+}
+
+/// What an exit record adds to the totals.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub(crate) struct ExitInfo {
+    pub comm: String,
+    pub cpu_cgroup_id: u64,
+}
+
+/// Which optional counters the loaded probes measure; the others are reported as unknown.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct Measured {
+    pub page_cache: bool,
+    pub softirq: bool,
+    pub hw_counters: bool,
+}
+
+impl Measured {
+    fn counters(&self, t: &TaskTotals) -> Box<TaskCounters> {
+        let on = |flag: bool, v: u64| flag.then_some(v);
+        let hw = self.hw_counters;
+        Box::new(TaskCounters {
+            cpu_cycles: on(hw, t.cycles),
+            cpu_instructions: on(hw, t.instructions),
+            cache_misses: on(hw, t.cache_misses),
+            page_cache_hits: on(self.page_cache, t.page_cache_hits),
+            irq_net_rx: on(self.softirq, t.irq_net_rx),
+            irq_net_tx: on(self.softirq, t.irq_net_tx),
+            irq_block: on(self.softirq, t.irq_block),
+            context_switches: Some(t.switches),
+        })
+    }
+}
+
+/// What the maps held at this snapshot.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct Observed {
+    /// The process map, by tgid.
+    pub live: HashMap<u32, TaskTotals>,
+    /// The stretch each running group has been on its CPU so far, by (tgid, start_ns), read
+    /// after the map.
+    pub running: HashMap<(u32, u64), u64>,
+}
+
+/// The result of one snapshot's merge.
+#[derive(Debug, Default)]
+pub(crate) struct Step {
+    pub processes: Vec<ProcessUsage>,
+    /// Entries of gone processes removed from the map and reported as exited.
+    pub gc_removed: u64,
+}
+
+/// The largest reading so far of a process's cumulative CPU time, which is what is reported.
+/// Every reading is at most the true value at its instant (a running stretch can be missed, as
+/// when the task leaves its CPU between the map read and the running-stretch read, but it is
+/// never counted twice), so the largest is also the most exact one, and reporting it keeps
+/// cumulative time from going back when a read misses a stretch that an earlier one saw.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+struct Reported(u64);
+
+impl Reported {
+    /// Takes a new reading and returns the value to report.
+    fn update(&mut self, reading_ns: u64) -> u64 {
+        self.0 = self.0.max(reading_ns);
+        self.0
+    }
+}
+
+/// A live process already described.
+struct Known {
+    info: Arc<ProcessInfo>,
+    /// The cgroup id it was described in: another one means it moved, and is described again.
+    cgroup_id: u64,
+    /// The last snapshot that saw it.
+    seen: u64,
+    /// cpu_ns at the previous snapshot: a gone process's entry stops moving.
+    last_cpu_ns: u64,
+    reported: Reported,
+}
+
+/// An exited process reported recently.
+struct Ended {
+    totals: TaskTotals,
+    info: Arc<ProcessInfo>,
+    reported: Reported,
+    ttl: u32,
+}
+
+/// Exited groups by key: their totals (pieces merged) and what the exit records add.
+type Exits = HashMap<ProcessKey, (TaskTotals, ExitInfo)>;
+
+/// Adds one piece of a group's totals to what `exits` holds for it (a group can be handed over
+/// in pieces when its threads exit on several CPUs at once).
+fn merge_exit(exits: &mut Exits, key: ProcessKey, totals: TaskTotals, info: ExitInfo) {
+    match exits.get_mut(&key) {
+        Some((t, e)) => {
+            t.add(&totals);
+            if e.comm.is_empty() {
+                *e = info;
+            }
+        }
+        None => {
+            exits.insert(key, (totals, info));
+        }
+    }
+}
+
+/// The state carried from one snapshot to the next.
+pub(crate) struct Reconciler {
+    measured: Measured,
+    known: HashMap<ProcessKey, Known>,
+    ended: HashMap<ProcessKey, Ended>,
+    /// Exit records drained but not reported yet: they stay here until a snapshot succeeds.
+    pending: Exits,
+    /// Exited groups dropped because `pending` was full, since the start.
+    pending_lost: u64,
+    /// The last tgid checked by the round-robin collection of gone processes.
+    gc_cursor: u32,
+    /// Snapshots merged so far (failed ones are not: they saw nothing).
+    steps: u64,
+}
+
+impl Reconciler {
+    pub(crate) fn new(measured: Measured) -> Self {
+        Reconciler {
+            measured,
+            known: HashMap::new(),
+            ended: HashMap::new(),
+            pending: HashMap::new(),
+            pending_lost: 0,
+            gc_cursor: 0,
+            steps: 0,
+        }
+    }
+
+    /// Exited groups dropped so far because too many were held (snapshots kept failing).
+    pub(crate) fn pending_lost(&self) -> u64 {
+        self.pending_lost
+    }
+
+    /// The pids of the exited groups held for the next step.
+    #[cfg(test)]
+    pub(crate) fn pending_pids(&self) -> impl Iterator<Item = u32> + '_ {
+        self.pending.keys().map(|k| k.pid)
+    }
+
+    /// Holds drained exit records until the next [`step`](Self::step), merging pieces of the
+    /// same group. Returns how many groups were dropped because [`MAX_PENDING`] were held.
+    pub(crate) fn queue_exits(
+        &mut self,
+        keys: &impl Keys,
+        records: impl IntoIterator<Item = ExitRecord>,
+    ) -> u64 {
+        let mut lost = 0u64;
+        for r in records {
+            let key = keys.key(r.tgid, r.totals.start_ns);
+            if self.pending.len() >= MAX_PENDING && !self.pending.contains_key(&key) {
+                lost += 1;
+                continue;
+            }
+            let info = ExitInfo {
+                comm: r.comm(),
+                cpu_cgroup_id: r.cpu_cgroup_id,
+            };
+            merge_exit(&mut self.pending, key, r.totals, info);
+        }
+        self.pending_lost = self.pending_lost.saturating_add(lost);
+        lost
+    }
+
+    /// Merges one snapshot: the exits queued since the last step, entries of gone processes
+    /// collected now, and the live entries with their running stretches.
+    pub(crate) fn step(&mut self, host: &mut impl Host, observed: Observed) -> Step {
+        self.steps += 1;
+        let Observed { live, mut running } = observed;
+        let mut exited = std::mem::take(&mut self.pending);
+        let gone = self.collect_gone(host, &live);
+        let gc_removed = gone.len() as u64;
+        for (key, t) in gone {
+            // Added, not replaced: an earlier piece of the same group may be in the ring.
+            merge_exit(&mut exited, key, t, ExitInfo::default());
+        }
+
+        // A running task without an entry yet (on its CPU since before the first switch the
+        // program saw) is reported with its running stretch alone.
+        let mut tasks: Vec<(u32, TaskTotals, u64)> = live
+            .iter()
+            .map(|(tgid, t)| (*tgid, *t, running.remove(&(*tgid, t.start_ns)).unwrap_or(0)))
+            .collect();
+        tasks.extend(running.into_iter().map(|((tgid, start_ns), ns)| {
+            let t = TaskTotals {
+                start_ns,
+                ..Default::default()
+            };
+            (tgid, t, ns)
+        }));
+
+        let mut processes = Vec::with_capacity(tasks.len() + exited.len());
+        for (tgid, t, running_ns) in &tasks {
+            let key = host.key(*tgid, t.start_ns);
+            // A piece of a group that already ended (a thread still leaving): its time comes
+            // in a later exit record and is reported with the group's final total.
+            if exited.contains_key(&key) || self.ended.contains_key(&key) {
+                continue;
+            }
+            processes.push(self.live_usage(host, key, t, *running_ns));
+        }
+        for (key, (piece, exit)) in exited {
+            processes.push(self.exited_usage(host, key, piece, &exit));
+        }
+
+        self.ended.retain(|_, e| {
+            e.ttl -= 1;
+            e.ttl > 0
+        });
+        // Processes that left the map without a record we saw (map full, GC elsewhere).
+        let n = self.steps;
+        self.known
+            .retain(|_, k| n.saturating_sub(k.seen) < u64::from(ENDED_TTL));
+        Step {
+            processes,
+            gc_removed,
+        }
+    }
+
+    /// A live process's reading; described when first seen or when it moved to another cgroup.
+    fn live_usage(
+        &mut self,
+        host: &mut impl Host,
+        key: ProcessKey,
+        t: &TaskTotals,
+        running_ns: u64,
+    ) -> ProcessUsage {
+        let n = self.steps;
+        let k = match self.known.entry(key) {
+            Entry::Occupied(o) => {
+                let k = o.into_mut();
+                // Described again when it moved to another cgroup (e.g. a runtime placing a
+                // container's first process after forking it); what was reported stays.
+                if t.cgroup_id != 0 && k.cgroup_id != t.cgroup_id {
+                    k.info = Arc::new(host.describe(key, t, None));
+                    k.cgroup_id = t.cgroup_id;
+                }
+                k
+            }
+            Entry::Vacant(v) => v.insert(Known {
+                info: Arc::new(host.describe(key, t, None)),
+                cgroup_id: t.cgroup_id,
+                seen: n,
+                last_cpu_ns: t.cpu_ns,
+                reported: Reported::default(),
+            }),
+        };
+        k.seen = n;
+        k.last_cpu_ns = t.cpu_ns;
+        let cpu_ns = k.reported.update(t.cpu_ns.saturating_add(running_ns));
+        ProcessUsage {
+            key,
+            cpu_time: Duration::from_nanos(cpu_ns),
+            info: k.info.clone(),
+            exited: false,
+            counters: Some(self.measured.counters(t)),
+        }
+    }
+
+    /// An exited group's final reading. A late piece of a group reported recently adds to its
+    /// totals and reports them again.
+    fn exited_usage(
+        &mut self,
+        host: &mut impl Host,
+        key: ProcessKey,
+        piece: TaskTotals,
+        exit: &ExitInfo,
+    ) -> ProcessUsage {
+        let (totals, info, mut reported) = match self.ended.remove(&key) {
+            Some(mut e) => {
+                e.totals.add(&piece);
+                (e.totals, e.info, e.reported)
+            }
+            None => {
+                let known = self.known.remove(&key);
+                let reported = known.as_ref().map(|k| k.reported).unwrap_or_default();
+                let info = match known {
+                    // Described while alive: /proc told more (exe, cmdline) than BPF can.
+                    Some(k) if !k.info.comm.is_empty() || exit.comm.is_empty() => k.info,
+                    _ => Arc::new(host.describe(key, &piece, Some(exit))),
+                };
+                (piece, info, reported)
+            }
+        };
+        let cpu_ns = reported.update(totals.cpu_ns);
+        let usage = ProcessUsage {
+            key,
+            cpu_time: Duration::from_nanos(cpu_ns),
+            info: info.clone(),
+            exited: true,
+            counters: Some(self.measured.counters(&totals)),
+        };
+        let ended = Ended {
+            totals,
+            info,
+            reported,
+            ttl: ENDED_TTL + 1,
+        };
+        self.ended.insert(key, ended);
+        usage
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,588 @@
+//! The reconciliation rules, driven through a fake host: no root, no BPF.
+
+use std::collections::HashSet;
+
+use super::gc::{round_robin, GC_BATCH, GC_EVERY};
+use super::*;
+
+/// The fake's clock tick (USER_HZ 100), to which start times are floored.
+const TICK_NS: u64 = 10_000_000;
+const SEC: u64 = 1_000_000_000;
+
+/// A host whose answers each test sets, and which records what it was asked.
+#[derive(Default)]
+struct Fake {
+    /// Processes /proc shows.
+    procs: HashSet<ProcessKey>,
+    /// The process map as the kernel holds it when re-read just before a delete.
+    map: HashMap<u32, TaskTotals>,
+    /// tgids whose entry the kernel hands to the exits ring between the re-read and the
+    /// delete, so the delete fails.
+    kernel_wins: HashSet<u32>,
+    /// tgids checked against /proc, in order.
+    checked: Vec<u32>,
+    /// tgids whose delete was attempted.
+    deletes: Vec<u32>,
+    /// Every description asked for, with the exit record's part when there was one.
+    described: Vec<(ProcessKey, Option<ExitInfo>)>,
+    /// tgids whose live description finds no name (gone from /proc before it was read).
+    nameless: HashSet<u32>,
+}
+
+impl Keys for Fake {
+    fn key(&self, tgid: u32, start_ns: u64) -> ProcessKey {
+        ProcessKey {
+            pid: tgid,
+            start_time: Duration::from_nanos(start_ns / TICK_NS * TICK_NS),
+        }
+    }
+}
+
+impl Host for Fake {
+    fn is_alive(&mut self, key: ProcessKey) -> bool {
+        self.checked.push(key.pid);
+        self.procs.contains(&key)
+    }
+
+    fn entry(&mut self, tgid: u32) -> Option<TaskTotals> {
+        self.map.get(&tgid).copied()
+    }
+
+    fn delete(&mut self, tgid: u32) -> bool {
+        self.deletes.push(tgid);
+        let removed = self.map.remove(&tgid).is_some();
+        removed && !self.kernel_wins.contains(&tgid)
+    }
+
+    /// A live process is named `p<pid>` (unless nameless); an exited one takes its exit
+    /// record's comm. The
+    /// cgroup path names the id, so a test can tell which reading a description came from.
+    fn describe(
+        &mut self,
+        key: ProcessKey,
+        totals: &TaskTotals,
+        exit: Option<&ExitInfo>,
+    ) -> ProcessInfo {
+        self.described.push((key, exit.cloned()));
+        let comm = match exit {
+            Some(e) => e.comm.clone(),
+            None if self.nameless.contains(&key.pid) => String::new(),
+            None => format!("p{}", key.pid),
+        };
+        ProcessInfo {
+            comm,
+            cgroup_path: format!("/cg/{}", totals.cgroup_id),
+            cgroup_id: (totals.cgroup_id != 0).then_some(totals.cgroup_id),
+            ..Default::default()
+        }
+    }
+}
+
+impl Fake {
+    /// How many descriptions of `key` were asked for.
+    fn descriptions(&self, key: ProcessKey) -> usize {
+        self.described.iter().filter(|(k, _)| *k == key).count()
+    }
+}
+
+fn totals(start_ns: u64, cpu_ns: u64) -> TaskTotals {
+    TaskTotals {
+        start_ns,
+        cpu_ns,
+        switches: 1,
+        ..Default::default()
+    }
+}
+
+fn record(tgid: u32, start_ns: u64, cpu_ns: u64, comm: &str) -> ExitRecord {
+    let mut r = ExitRecord {
+        tgid,
+        totals: totals(start_ns, cpu_ns),
+        ..Default::default()
+    };
+    let n = comm.len().min(r.comm.len() - 1);
+    r.comm[..n].copy_from_slice(&comm.as_bytes()[..n]);
+    r
+}
+
+fn live(entries: &[(u32, TaskTotals)]) -> Observed {
+    Observed {
+        live: entries.iter().copied().collect(),
+        running: HashMap::new(),
+    }
+}
+
+fn key(tgid: u32, start_ns: u64) -> ProcessKey {
+    Fake::default().key(tgid, start_ns)
+}
+
+/// What the step reported for `key`: (cpu ns, exited, comm), one per report.
+fn reports(step: &Step, key: ProcessKey) -> Vec<(u64, bool, String)> {
+    let mine = step.processes.iter().filter(|p| p.key == key);
+    let as_tuple = |p: &ProcessUsage| {
+        let ns = u64::try_from(p.cpu_time.as_nanos()).unwrap();
+        (ns, p.exited, p.info.comm.clone())
+    };
+    mine.map(as_tuple).collect()
+}
+
+fn reconciler() -> Reconciler {
+    Reconciler::new(Measured::default())
+}
+
+#[test]
+fn reported_cpu_time_never_decreases() {
+    // Readings of one process, each map value plus the running stretch seen by the second
+    // read: the third leaves its CPU between the two reads, so its reading misses the
+    // stretch that the second one counted while it ran.
+    let readings = [100, 250, 200, 240, 300];
+    let mut r = Reported::default();
+    let reported: Vec<u64> = readings.iter().map(|&ns| r.update(ns)).collect();
+    assert_eq!(reported, [100, 250, 250, 250, 300]);
+    // The exact total (an exit record) is reported as it is once past the readings.
+    assert_eq!(r.update(310), 310);
+}
+
+#[test]
+fn first_sighting_is_described_once_and_counts_its_running_stretch() {
+    let mut host = Fake::default();
+    let mut rec = reconciler();
+    let a = key(7, SEC);
+    let mut seen = live(&[(7, totals(SEC, 100))]);
+    seen.running.insert((7, SEC), 20);
+    // On its CPU since before the program's first switch: no entry yet, the stretch alone.
+    seen.running.insert((8, 2 * SEC), 30);
+    let step = rec.step(&mut host, seen);
+    assert_eq!(reports(&step, a), [(120, false, "p7".into())]);
+    assert_eq!(reports(&step, key(8, 2 * SEC)), [(30, false, "p8".into())]);
+    assert_eq!(step.processes.len(), 2);
+
+    let step = rec.step(&mut host, live(&[(7, totals(SEC, 150))]));
+    assert_eq!(reports(&step, a), [(150, false, "p7".into())]);
+    assert_eq!(host.descriptions(a), 1, "described at first sight only");
+    assert_eq!(host.described[0].1, None, "a live process has no exit part");
+}
+
+#[test]
+fn a_process_moved_to_another_cgroup_is_described_again() {
+    let mut host = Fake::default();
+    let mut rec = reconciler();
+    let a = key(7, SEC);
+    let in_cgroup = |cgroup_id, cpu_ns| TaskTotals {
+        cgroup_id,
+        ..totals(SEC, cpu_ns)
+    };
+    let mut seen = live(&[(7, in_cgroup(5, 100))]);
+    seen.running.insert((7, SEC), 50);
+    rec.step(&mut host, seen);
+    // Cgroup not read this time (0): not a move.
+    rec.step(&mut host, live(&[(7, in_cgroup(0, 110))]));
+    assert_eq!(host.descriptions(a), 1);
+    let step = rec.step(&mut host, live(&[(7, in_cgroup(6, 120))]));
+    assert_eq!(host.descriptions(a), 2);
+    let p = step.processes.iter().find(|p| p.key == a).unwrap();
+    assert_eq!(p.info.cgroup_path, "/cg/6");
+    // The new description keeps what was reported (150 with the earlier running stretch).
+    assert_eq!(p.cpu_time, Duration::from_nanos(150));
+    rec.step(&mut host, live(&[(7, in_cgroup(6, 130))]));
+    assert_eq!(host.descriptions(a), 2, "same cgroup: not described again");
+}
+
+#[test]
+fn a_missed_running_stretch_does_not_take_cpu_time_back() {
+    let mut host = Fake::default();
+    let mut rec = reconciler();
+    let a = key(7, SEC);
+    let mut first = live(&[(7, totals(SEC, 100))]);
+    first.running.insert((7, SEC), 50);
+    // The second reading left its CPU after the map read and before the stretch read.
+    let readings = [
+        first,
+        live(&[(7, totals(SEC, 120))]),
+        live(&[(7, totals(SEC, 200))]),
+    ];
+    let mut got = Vec::new();
+    for seen in readings {
+        got.extend(reports(&rec.step(&mut host, seen), a));
+    }
+    rec.queue_exits(&host, [record(7, SEC, 210, "p7")]);
+    got.extend(reports(&rec.step(&mut host, Observed::default()), a));
+    let ns: Vec<(u64, bool)> = got.iter().map(|r| (r.0, r.1)).collect();
+    assert_eq!(ns, [(150, false), (150, false), (200, false), (210, true)]);
+}
+
+#[test]
+fn exit_record_and_live_entry_of_one_key_in_one_snapshot_report_once() {
+    let mut host = Fake::default();
+    let mut rec = reconciler();
+    let a = key(7, SEC);
+    rec.step(&mut host, live(&[(7, totals(SEC, 100))]));
+    // The group ended, and a thread still leaving left an entry (and a running stretch)
+    // under the same key: its time comes in a later piece, not as a live process.
+    rec.queue_exits(&host, [record(7, SEC, 300, "worker")]);
+    let mut seen = live(&[(7, totals(SEC, 250))]);
+    seen.running.insert((7, SEC), 40);
+    let step = rec.step(&mut host, seen);
+    assert_eq!(
+        reports(&step, a),
+        [(300, true, "p7".into())],
+        "once, exited, with the description it had while alive"
+    );
+    assert_eq!(host.descriptions(a), 1);
+    // The late piece: still not live; its exit record adds to the group's totals.
+    let step = rec.step(&mut host, live(&[(7, totals(SEC, 10))]));
+    assert!(reports(&step, a).is_empty());
+    rec.queue_exits(&host, [record(7, SEC, 10, "worker")]);
+    let step = rec.step(&mut host, Observed::default());
+    assert_eq!(reports(&step, a), [(310, true, "p7".into())]);
+}
+
+#[test]
+fn exits_are_kept_across_failed_map_reads() {
+    let mut host = Fake::default();
+    let mut rec = reconciler();
+    // Drained before a map read that failed: no step for these.
+    assert_eq!(rec.queue_exits(&host, [record(7, SEC, 100, "a")]), 0);
+    // The next attempt drains more, among them another piece of the same group.
+    let more = [record(8, SEC, 40, "b"), record(7, SEC, 5, "a")];
+    assert_eq!(rec.queue_exits(&host, more), 0);
+    let step = rec.step(&mut host, Observed::default());
+    assert_eq!(reports(&step, key(7, SEC)), [(105, true, "a".into())]);
+    assert_eq!(reports(&step, key(8, SEC)), [(40, true, "b".into())]);
+    assert_eq!(step.processes.len(), 2);
+    let step = rec.step(&mut host, Observed::default());
+    assert!(step.processes.is_empty(), "reported once");
+}
+
+#[test]
+fn pending_exits_are_bounded_and_the_excess_is_counted() {
+    let host = Fake::default();
+    let mut rec = reconciler();
+    let pid = |i: usize| u32::try_from(i).unwrap() + 1;
+    let many = (0..MAX_PENDING).map(|i| record(pid(i), SEC, 1, "x"));
+    assert_eq!(rec.queue_exits(&host, many), 0);
+    // Full: new groups are dropped and counted; a piece of a held group still merges.
+    let over = [
+        record(pid(MAX_PENDING), SEC, 1, "x"),
+        record(pid(0), SEC, 9, "x"),
+        record(pid(MAX_PENDING + 1), SEC, 1, "x"),
+    ];
+    assert_eq!(rec.queue_exits(&host, over), 2);
+    assert_eq!(rec.queue_exits(&host, [record(1, 2 * SEC, 1, "y")]), 1);
+    assert_eq!(rec.pending_lost(), 3);
+
+    let mut host = host;
+    let step = rec.step(&mut host, Observed::default());
+    assert_eq!(step.processes.len(), MAX_PENDING);
+    assert_eq!(reports(&step, key(pid(0), SEC)), [(10, true, "x".into())]);
+    assert!(reports(&step, key(pid(MAX_PENDING), SEC)).is_empty());
+    // Room again once a snapshot took them.
+    assert_eq!(rec.queue_exits(&host, [record(1, 2 * SEC, 1, "y")]), 0);
+    assert_eq!(rec.pending_lost(), 3);
+}
+
+/// A reconciler that knows tgid 7 (start 1 s, 100 ns) from one snapshot while it ran, and a
+/// host where it is gone from /proc but still in the map: the next snapshot suspects it.
+fn idle_and_gone() -> (Reconciler, Fake, TaskTotals) {
+    let mut rec = reconciler();
+    let mut host = Fake::default();
+    let t = totals(SEC, 100);
+    host.procs.insert(key(7, SEC));
+    rec.step(&mut host, live(&[(7, t)]));
+    host.procs.clear();
+    host.map.insert(7, t);
+    host.checked.clear();
+    (rec, host, t)
+}
+
+#[test]
+fn a_gone_entry_is_reported_when_the_delete_wins() {
+    let (mut rec, mut host, t) = idle_and_gone();
+    // The re-read sees more than the snapshot's read (a last stretch was charged meanwhile):
+    // the re-read totals are the ones reported.
+    let later = TaskTotals { cpu_ns: 130, ..t };
+    host.map.insert(7, later);
+    let step = rec.step(&mut host, live(&[(7, t)]));
+    assert_eq!(host.checked, [7]);
+    assert_eq!(host.deletes, [7]);
+    assert_eq!(step.gc_removed, 1);
+    assert_eq!(reports(&step, key(7, SEC)), [(130, true, "p7".into())]);
+    assert!(host.map.is_empty());
+    let step = rec.step(&mut host, Observed::default());
+    assert!(step.processes.is_empty(), "reported once");
+}
+
+#[test]
+fn a_gone_entry_the_kernel_hands_over_first_is_left_to_its_exit_record() {
+    // Between the re-read and the delete the kernel moves the entry to the ring.
+    let (mut rec, mut host, t) = idle_and_gone();
+    host.kernel_wins.insert(7);
+    let step = rec.step(&mut host, live(&[(7, t)]));
+    assert_eq!(host.deletes, [7]);
+    assert_eq!(step.gc_removed, 0);
+    assert_eq!(reports(&step, key(7, SEC)), [(100, false, "p7".into())]);
+    rec.queue_exits(&host, [record(7, SEC, 120, "p7")]);
+    let step = rec.step(&mut host, Observed::default());
+    assert_eq!(reports(&step, key(7, SEC)), [(120, true, "p7".into())]);
+
+    // The kernel moved it before the re-read: no entry, no delete.
+    let (mut rec, mut host, t) = idle_and_gone();
+    host.map.clear();
+    let step = rec.step(&mut host, live(&[(7, t)]));
+    assert_eq!(host.checked, [7]);
+    assert!(host.deletes.is_empty());
+    assert_eq!(reports(&step, key(7, SEC)), [(100, false, "p7".into())]);
+}
+
+#[test]
+fn a_gone_entry_is_not_collected_when_its_tgid_was_reused_or_it_lives() {
+    // The tgid now belongs to a new process (another start time): its entry stays.
+    let (mut rec, mut host, t) = idle_and_gone();
+    host.map.insert(7, totals(2 * SEC, 1));
+    let step = rec.step(&mut host, live(&[(7, t)]));
+    assert!(host.deletes.is_empty());
+    assert_eq!(step.gc_removed, 0);
+    assert_eq!(host.map.get(&7), Some(&totals(2 * SEC, 1)));
+
+    // Still in /proc: idle, not gone.
+    let (mut rec, mut host, t) = idle_and_gone();
+    host.procs.insert(key(7, SEC));
+    let step = rec.step(&mut host, live(&[(7, t)]));
+    assert_eq!(host.checked, [7]);
+    assert!(host.deletes.is_empty());
+    assert_eq!(reports(&step, key(7, SEC)), [(100, false, "p7".into())]);
+
+    // It moved since the previous snapshot: not even a suspect.
+    let (mut rec, mut host, _) = idle_and_gone();
+    rec.step(&mut host, live(&[(7, totals(SEC, 101))]));
+    assert!(host.checked.is_empty());
+}
+
+#[test]
+fn ended_entries_take_late_pieces_until_their_ttl_runs_out() {
+    let mut host = Fake::default();
+    let mut rec = reconciler();
+    let a = key(7, SEC);
+    rec.queue_exits(&host, [record(7, SEC, 100, "w")]);
+    let step = rec.step(&mut host, Observed::default());
+    assert_eq!(reports(&step, a), [(100, true, "w".into())]);
+    // A leftover live entry of the ended group is never reported as live meanwhile.
+    for _ in 1..ENDED_TTL {
+        let step = rec.step(&mut host, live(&[(7, totals(SEC, 3))]));
+        assert!(reports(&step, a).is_empty());
+    }
+    // The last snapshot within the TTL: a late piece adds to the totals, which restarts it.
+    rec.queue_exits(&host, [record(7, SEC, 5, "w")]);
+    let step = rec.step(&mut host, Observed::default());
+    assert_eq!(reports(&step, a), [(105, true, "w".into())]);
+    assert_eq!(host.descriptions(a), 1);
+    for _ in 0..ENDED_TTL {
+        rec.step(&mut host, Observed::default());
+    }
+    // Expired: a piece now stands alone, as a process not seen before.
+    rec.queue_exits(&host, [record(7, SEC, 5, "w")]);
+    let step = rec.step(&mut host, Observed::default());
+    assert_eq!(reports(&step, a), [(5, true, "w".into())]);
+    assert_eq!(host.descriptions(a), 2);
+}
+
+#[test]
+fn a_reused_tgid_is_another_process() {
+    let mut host = Fake::default();
+    let mut rec = reconciler();
+    let (old, new) = (key(7, SEC), key(7, 2 * SEC));
+    rec.step(&mut host, live(&[(7, totals(SEC, 500))]));
+    // The old group's exit record and the new one's entry arrive together.
+    rec.queue_exits(&host, [record(7, SEC, 600, "old")]);
+    let step = rec.step(&mut host, live(&[(7, totals(2 * SEC, 10))]));
+    assert_eq!(reports(&step, old), [(600, true, "p7".into())]);
+    assert_eq!(
+        reports(&step, new),
+        [(10, false, "p7".into())],
+        "its own time, not the old process's"
+    );
+    assert_eq!(host.descriptions(new), 1);
+    let step = rec.step(&mut host, live(&[(7, totals(2 * SEC, 20))]));
+    assert_eq!(reports(&step, new), [(20, false, "p7".into())]);
+    assert!(reports(&step, old).is_empty());
+}
+
+#[test]
+fn known_processes_missing_from_the_map_are_forgotten() {
+    let a = key(7, SEC);
+    // Missing for fewer than ENDED_TTL snapshots: still known, not described again, and its
+    // reading (with a running stretch the later read misses) does not go back.
+    let mut host = Fake::default();
+    let mut rec = reconciler();
+    let mut seen = live(&[(7, totals(SEC, 100))]);
+    seen.running.insert((7, SEC), 50);
+    rec.step(&mut host, seen);
+    for _ in 1..ENDED_TTL {
+        rec.step(&mut host, Observed::default());
+    }
+    let step = rec.step(&mut host, live(&[(7, totals(SEC, 120))]));
+    assert_eq!(reports(&step, a), [(150, false, "p7".into())]);
+    assert_eq!(host.descriptions(a), 1);
+
+    // Missing for ENDED_TTL snapshots: forgotten, then met as a new process.
+    let mut host = Fake::default();
+    let mut rec = reconciler();
+    rec.step(&mut host, live(&[(7, totals(SEC, 100))]));
+    for _ in 0..ENDED_TTL {
+        rec.step(&mut host, Observed::default());
+    }
+    rec.step(&mut host, live(&[(7, totals(SEC, 120))]));
+    assert_eq!(host.descriptions(a), 2);
+}
+
+#[test]
+fn round_robin_covers_every_id_in_turn() {
+    let ids: Vec<u32> = (1..=10).collect();
+    let mut cursor = 0;
+    let mut rounds = Vec::new();
+    for _ in 0..4 {
+        rounds.push(round_robin(ids.clone(), &mut cursor, 3));
+    }
+    assert_eq!(
+        rounds,
+        [vec![1, 2, 3], vec![4, 5, 6], vec![7, 8, 9], vec![10, 1, 2]]
+    );
+    // The set changes between rounds: the walk carries on after the last id checked.
+    let mut cursor = 5;
+    assert_eq!(round_robin(vec![9, 2, 5, 7], &mut cursor, 2), [7, 9]);
+    assert_eq!(round_robin(vec![9, 2, 5, 7], &mut cursor, 2), [2, 5]);
+    assert_eq!(cursor, 5);
+    assert!(round_robin(Vec::new(), &mut cursor, 3).is_empty());
+    assert!(round_robin(vec![1, 2], &mut cursor, 0).is_empty());
+    assert_eq!(cursor, 5);
+}
+
+/// Steps with `n` processes (tgids 1..=n) that all live in /proc and never move.
+fn idle_alive(n: u32) -> (Reconciler, Fake, Observed) {
+    let mut rec = reconciler();
+    let mut host = Fake::default();
+    let entries: Vec<(u32, TaskTotals)> = (1..=n).map(|tgid| (tgid, totals(SEC, 1))).collect();
+    host.procs = entries.iter().map(|(tgid, _)| key(*tgid, SEC)).collect();
+    let seen = live(&entries);
+    rec.step(&mut host, seen.clone());
+    assert!(host.checked.is_empty(), "nothing is idle at first sight");
+    (rec, host, seen)
+}
+
+#[test]
+fn collection_checks_every_idle_entry_once_per_round() {
+    const N: u32 = 30;
+    let (mut rec, mut host, seen) = idle_alive(N);
+    let per_step = (N as usize).div_ceil(GC_EVERY);
+    for _ in 0..GC_EVERY {
+        let before = host.checked.len();
+        rec.step(&mut host, seen.clone());
+        assert_eq!(host.checked.len() - before, per_step);
+    }
+    let first_round: Vec<u32> = host.checked.iter().copied().take(N as usize).collect();
+    assert_eq!(
+        first_round,
+        (1..=N).collect::<Vec<_>>(),
+        "each once, in turn"
+    );
+    assert!(host.deletes.is_empty(), "alive: nothing deleted");
+}
+
+#[test]
+fn collection_checks_at_most_a_batch_per_snapshot() {
+    let n = u32::try_from(GC_BATCH * GC_EVERY * 2).unwrap();
+    let (mut rec, mut host, seen) = idle_alive(n);
+    rec.step(&mut host, seen);
+    assert_eq!(host.checked.len(), GC_BATCH);
+}
+
+#[test]
+fn an_exited_process_keeps_its_live_description_else_takes_its_record() {
+    let mut host = Fake::default();
+    let mut rec = reconciler();
+    // 9 was described alive but without a name (gone from /proc meanwhile).
+    host.nameless.insert(9);
+    rec.step(&mut host, live(&[(7, totals(SEC, 1)), (9, totals(SEC, 1))]));
+    let ended = [
+        // Known from /proc: that description stays (it has the exe and command line).
+        record(7, SEC, 2, "bash"),
+        // Never seen alive: described with what its exit record adds.
+        record(8, SEC, 3, "sleep"),
+        // Known without a name: the record's name is better.
+        record(9, SEC, 4, "cron"),
+    ];
+    rec.queue_exits(&host, ended);
+    let step = rec.step(&mut host, Observed::default());
+    assert_eq!(reports(&step, key(7, SEC)), [(2, true, "p7".into())]);
+    assert_eq!(reports(&step, key(8, SEC)), [(3, true, "sleep".into())]);
+    assert_eq!(reports(&step, key(9, SEC)), [(4, true, "cron".into())]);
+    assert_eq!(host.descriptions(key(7, SEC)), 1);
+    let exit = |comm: &str| {
+        Some(ExitInfo {
+            comm: comm.into(),
+            cpu_cgroup_id: 0,
+        })
+    };
+    assert!(host.described.contains(&(key(8, SEC), exit("sleep"))));
+    assert!(host.described.contains(&(key(9, SEC), exit("cron"))));
+}
+
+#[test]
+fn exit_pieces_add_up() {
+    let key = key(7, SEC);
+    let piece = |cpu_ns| TaskTotals {
+        cpu_ns,
+        switches: 1,
+        ..Default::default()
+    };
+    let named = ExitInfo {
+        comm: "worker".into(),
+        cpu_cgroup_id: 3,
+    };
+    let mut exits = Exits::new();
+    merge_exit(&mut exits, key, piece(10), ExitInfo::default());
+    merge_exit(&mut exits, key, piece(5), named.clone());
+    merge_exit(&mut exits, key, piece(1), ExitInfo::default());
+    let (t, info) = &exits[&key];
+    assert_eq!((t.cpu_ns, t.switches), (16, 3));
+    assert_eq!(info, &named);
+}
+
+#[test]
+fn counters_are_reported_only_for_the_loaded_probes() {
+    let t = TaskTotals {
+        switches: 1,
+        page_cache_hits: 2,
+        irq_net_rx: 3,
+        irq_net_tx: 4,
+        irq_block: 5,
+        cycles: 6,
+        instructions: 7,
+        cache_misses: 8,
+        ..Default::default()
+    };
+    let none = Measured::default().counters(&t);
+    assert_eq!(
+        *none,
+        TaskCounters {
+            context_switches: Some(1),
+            ..Default::default()
+        }
+    );
+    let all = Measured {
+        page_cache: true,
+        softirq: true,
+        hw_counters: true,
+    };
+    let c = all.counters(&t);
+    let got = [
+        c.page_cache_hits,
+        c.irq_net_rx,
+        c.irq_net_tx,
+        c.irq_block,
+        c.cpu_cycles,
+        c.cpu_instructions,
+        c.cache_misses,
+    ];
+    assert_eq!(got, [2, 3, 4, 5, 6, 7, 8].map(Some));
+}
