@@ -98,8 +98,10 @@ fn builtin_model_is_the_automatic_last_resort() {
     assert!(info[0].labels["model"].starts_with("builtin/"), "{info:?}");
     // Inside a VM the estimate is dynamic power only: all of it is active, and the agent
     // claims no idle policy or baseline for it; on bare metal upstream's ratio rule applies.
-    let guest = std::fs::read_to_string("/proc/cpuinfo")
-        .is_ok_and(|t| t.lines().any(|l| l.starts_with("flags") && l.contains(" hypervisor")));
+    let guest = std::fs::read_to_string("/proc/cpuinfo").is_ok_and(|t| {
+        t.lines()
+            .any(|l| l.starts_with("flags") && l.contains(" hypervisor"))
+    });
     let policy = select(&samples, "kepler_node_cpu_idle_policy_info", &[]);
     assert_eq!(policy.len(), 1, "{policy:?}");
     let expected = if guest { "none" } else { "ratio" };
@@ -107,7 +109,11 @@ fn builtin_model_is_the_automatic_last_resort() {
     assert_eq!(policy[0].labels["baseline"], "none", "{policy:?}");
     if guest {
         assert_eq!(
-            one(&samples, "kepler_node_cpu_idle_watts", &[("zone", "package")]),
+            one(
+                &samples,
+                "kepler_node_cpu_idle_watts",
+                &[("zone", "package")]
+            ),
             0.0
         );
     }

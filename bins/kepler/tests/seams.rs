@@ -143,10 +143,7 @@ fn two_domains_a_catalogue_and_an_in_memory_output() {
     ];
     let tick_clock = clock.clone();
     let mut sampler = Sampler::new(
-        Box::new(ScriptedUsage {
-            step: 0,
-            container,
-        }),
+        Box::new(ScriptedUsage { step: 0, container }),
         meters,
         Attributor::new(AttributionConfig::default()).with_catalogue(catalogue.clone()),
         &health,

@@ -16,6 +16,7 @@
 pub mod fake;
 pub mod hwmon;
 pub mod model;
+pub mod polled;
 pub mod rapl;
 mod sysfs;
 
@@ -29,6 +30,7 @@ use kepler_core::{PowerMeter, Unavailable};
 pub use fake::{Clock, FakeMeter, FakeSettings, ManualClock, MonotonicClock};
 pub use hwmon::HwmonMeter;
 pub use model::{ModelFile, ModelMeter, OutputType};
+pub use polled::{PollTiming, PolledMeter, Poller, SlowDevice};
 pub use rapl::RaplMeter;
 
 /// The meter names [`open_meter`] knows.

@@ -1,0 +1,284 @@
+//! The adapter for slow meters (BMCs over the network, IPMI): a poller thread asks the device
+//! at its own pace and keeps the last answer; the tick's `read()` only copies that answer, so a
+//! slow or hung device never delays the tick or the other domains' meters. A reading older
+//! than the staleness limit is an error of the meter for that tick, not a number.
+
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant};
+
+use kepler_core::{
+    ComponentHealth, MeterInput, PowerDomain, PowerMeter, Provenance, ReadError, StopSignal,
+    ZoneReading,
+};
+use tracing::{debug, warn};
+
+/// A device that may take long to answer. Implemented by the slow meters' clients.
+pub trait SlowDevice: Send + 'static {
+    /// Asks the device now; may block up to the client's own timeout.
+    fn poll(&mut self) -> Result<Vec<ZoneReading>, ReadError>;
+}
+
+/// How often to poll and how old a reading may be when the tick takes it.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct PollTiming {
+    pub every: Duration,
+    pub staleness: Duration,
+    /// The longest wait between attempts while the device keeps failing (backoff doubles the
+    /// wait from `every` up to this).
+    pub max_backoff: Duration,
+}
+
+#[derive(Default)]
+struct Latest {
+    readings: Option<(Instant, Vec<ZoneReading>)>,
+    error: Option<String>,
+}
+
+/// The meter side of the adapter; see the module docs.
+pub struct PolledMeter {
+    name: String,
+    domain: PowerDomain,
+    provenance: Provenance,
+    zones: Vec<String>,
+    staleness: Duration,
+    latest: Arc<Mutex<Latest>>,
+}
+
+/// The poller side: run it on the agent's service (`Service::spawn`), which stops it.
+pub struct Poller {
+    device: Box<dyn SlowDevice>,
+    timing: PollTiming,
+    latest: Arc<Mutex<Latest>>,
+    health: Arc<ComponentHealth>,
+    name: String,
+}
+
+impl PolledMeter {
+    /// The meter and its poller; `health` is the poller's component (kind `Poller`).
+    pub fn new(
+        name: &str,
+        domain: PowerDomain,
+        provenance: Provenance,
+        zones: Vec<String>,
+        device: Box<dyn SlowDevice>,
+        timing: PollTiming,
+        health: Arc<ComponentHealth>,
+    ) -> (PolledMeter, Poller) {
+        let latest = Arc::new(Mutex::new(Latest::default()));
+        (
+            PolledMeter {
+                name: name.to_string(),
+                domain,
+                provenance,
+                zones,
+                staleness: timing.staleness,
+                latest: latest.clone(),
+            },
+            Poller {
+                device,
+                timing,
+                latest,
+                health,
+                name: name.to_string(),
+            },
+        )
+    }
+}
+
+impl PowerMeter for PolledMeter {
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn domain(&self) -> PowerDomain {
+        self.domain
+    }
+
+    fn provenance(&self) -> Provenance {
+        self.provenance
+    }
+
+    fn zones(&self) -> Vec<String> {
+        self.zones.clone()
+    }
+
+    fn read(&mut self, _: &MeterInput<'_>, out: &mut Vec<ZoneReading>) -> Result<(), ReadError> {
+        let latest = self.latest.lock().unwrap_or_else(PoisonError::into_inner);
+        match &latest.readings {
+            Some((at, readings)) if at.elapsed() <= self.staleness => {
+                out.extend(readings.iter().cloned());
+                Ok(())
+            }
+            Some((at, _)) => Err(ReadError::Other(format!(
+                "last reading is {:.1} s old (staleness limit {:.1} s){}",
+                at.elapsed().as_secs_f64(),
+                self.staleness.as_secs_f64(),
+                latest
+                    .error
+                    .as_deref()
+                    .map(|e| format!("; last error: {e}"))
+                    .unwrap_or_default()
+            ))),
+            None => Err(ReadError::Other(match &latest.error {
+                Some(e) => format!("no reading yet: {e}"),
+                None => "no reading yet".to_string(),
+            })),
+        }
+    }
+}
+
+impl Poller {
+    /// Polls until `stop`, backing off exponentially while the device fails.
+    pub fn run(mut self, stop: StopSignal) {
+        let mut wait = self.timing.every;
+        while !stop.is_stopped() {
+            let started = Instant::now();
+            let result = self.device.poll();
+            let mut latest = self.latest.lock().unwrap_or_else(PoisonError::into_inner);
+            match result {
+                Ok(readings) => {
+                    latest.readings = Some((Instant::now(), readings));
+                    latest.error = None;
+                    drop(latest);
+                    if self.health.set_up() {
+                        warn!(meter = self.name, "device answers again");
+                    }
+                    debug!(meter = self.name, took = ?started.elapsed(), "polled");
+                    wait = self.timing.every;
+                }
+                Err(e) => {
+                    latest.error = Some(e.to_string());
+                    drop(latest);
+                    if self.health.set_down() {
+                        warn!(meter = self.name, error = %e, "device poll failed; backing off");
+                    }
+                    wait = (wait * 2).min(self.timing.max_backoff.max(self.timing.every));
+                }
+            }
+            if stop.wait(wait.saturating_sub(started.elapsed())) {
+                return;
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use kepler_core::{ComponentKind, Health, Watts};
+    use std::sync::mpsc;
+
+    /// A device whose answers the test hands over one by one.
+    struct Scripted(mpsc::Receiver<Result<f64, String>>);
+
+    impl SlowDevice for Scripted {
+        fn poll(&mut self) -> Result<Vec<ZoneReading>, ReadError> {
+            match self.0.recv() {
+                Ok(Ok(w)) => Ok(vec![ZoneReading::power(
+                    "platform".into(),
+                    "bmc".into(),
+                    Watts(w),
+                )]),
+                Ok(Err(e)) => Err(ReadError::Other(e)),
+                // The test ended: look hung, as a device that stopped answering would.
+                Err(_) => {
+                    std::thread::sleep(Duration::from_millis(5));
+                    Err(ReadError::Other("gone".into()))
+                }
+            }
+        }
+    }
+
+    fn timing(staleness_ms: u64) -> PollTiming {
+        PollTiming {
+            every: Duration::from_millis(1),
+            staleness: Duration::from_millis(staleness_ms),
+            max_backoff: Duration::from_millis(4),
+        }
+    }
+
+    fn read(meter: &mut PolledMeter) -> Result<Vec<ZoneReading>, ReadError> {
+        let mut out = Vec::new();
+        meter.read(&MeterInput::default(), &mut out).map(|()| out)
+    }
+
+    #[test]
+    fn the_tick_takes_the_cached_answer_and_never_waits_for_the_device() {
+        let health = Health::new();
+        let (answers, rx) = mpsc::channel();
+        let (mut meter, poller) = PolledMeter::new(
+            "bmc",
+            PowerDomain::Platform,
+            Provenance::Measured,
+            vec!["platform".into()],
+            Box::new(Scripted(rx)),
+            timing(60_000),
+            health.register(ComponentKind::Poller, "bmc"),
+        );
+        let stop = StopSignal::new();
+        let thread = {
+            let stop = stop.clone();
+            std::thread::spawn(move || poller.run(stop))
+        };
+        // The device has not answered: the read fails at once instead of blocking.
+        assert!(read(&mut meter)
+            .unwrap_err()
+            .to_string()
+            .contains("no reading yet"));
+        answers.send(Ok(250.0)).unwrap();
+        let readings = loop {
+            if let Ok(r) = read(&mut meter) {
+                break r;
+            }
+            std::thread::yield_now();
+        };
+        assert_eq!(
+            readings[0].sample,
+            kepler_core::ZoneSample::Power(Watts(250.0))
+        );
+        assert_eq!(meter.domain(), PowerDomain::Platform);
+        // A failure is counted by the poller's health; the cached answer is still fresh.
+        answers.send(Err("timeout".into())).unwrap();
+        let component = &health.components()[0];
+        while component.errors() == 0 {
+            std::thread::yield_now();
+        }
+        assert!(!component.is_up());
+        assert!(read(&mut meter).is_ok());
+        stop.stop();
+        drop(answers);
+        thread.join().unwrap();
+    }
+
+    #[test]
+    fn a_stale_answer_is_an_error_not_a_number() {
+        let health = Health::new();
+        let (answers, rx) = mpsc::channel();
+        let (mut meter, poller) = PolledMeter::new(
+            "bmc",
+            PowerDomain::Platform,
+            Provenance::Measured,
+            vec!["platform".into()],
+            Box::new(Scripted(rx)),
+            timing(0),
+            health.register(ComponentKind::Poller, "bmc"),
+        );
+        answers.send(Ok(100.0)).unwrap();
+        answers.send(Err("connection refused".into())).unwrap();
+        drop(answers);
+        let stop = StopSignal::new();
+        let thread = {
+            let stop = stop.clone();
+            std::thread::spawn(move || poller.run(stop))
+        };
+        let error = loop {
+            match read(&mut meter) {
+                Err(e) if e.to_string().contains("old") => break e.to_string(),
+                _ => std::thread::yield_now(),
+            }
+        };
+        assert!(error.contains("staleness limit"), "{error}");
+        stop.stop();
+        thread.join().unwrap();
+    }
+}
