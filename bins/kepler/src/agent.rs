@@ -13,6 +13,7 @@ use kepler_exporters::{
     AgentState, AgentStats, EbpfCounts, ExportContext, MetricsLevel, Output, PrometheusOutput,
     Publication, Readiness, StdoutOutput,
 };
+use kepler_http::shutdown_signal;
 use tracing::{error, info, warn};
 
 use crate::config::Config;
@@ -107,7 +108,7 @@ pub fn run(config: Config) -> Result<()> {
     let served = runtime.block_on(async {
         let web = match &config.web.config_file {
             Some(path) => Some(
-                kepler_exporters::WebConfig::load(path)
+                kepler_http::WebConfig::load(path)
                     .with_context(|| format!("web.configFile {}", path.display()))?,
             ),
             None => None,
@@ -116,11 +117,11 @@ pub fn run(config: Config) -> Result<()> {
             shutdown_signal().await;
             return Ok(());
         }
-        let server = kepler_exporters::bind(&config.web.listen_addresses, web)
+        let server = kepler_http::Server::bind(&config.web.listen_addresses, web)
             .await
             .context("web.listenAddresses")?;
         server
-            .serve(state.clone(), shutdown_signal())
+            .serve(kepler_exporters::router(state.clone()), shutdown_signal())
             .await
             .context("serving metrics")
     });
@@ -212,29 +213,5 @@ fn publish(outputs: &mut [(Box<dyn Output>, Arc<ComponentHealth>)], publication:
                 }
             }
         }
-    }
-}
-
-async fn shutdown_signal() {
-    let ctrl_c = async {
-        if let Err(e) = tokio::signal::ctrl_c().await {
-            error!(error = %e, "cannot listen for SIGINT");
-            std::future::pending::<()>().await;
-        }
-    };
-    let term = async {
-        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(mut s) => {
-                s.recv().await;
-            }
-            Err(e) => {
-                error!(error = %e, "cannot listen for SIGTERM");
-                std::future::pending::<()>().await;
-            }
-        }
-    };
-    tokio::select! {
-        _ = ctrl_c => info!("SIGINT received, shutting down"),
-        _ = term => info!("SIGTERM received, shutting down"),
     }
 }

@@ -1,4 +1,4 @@
-//! Prometheus exposition of kepler-rs power snapshots, and the HTTP(S) server for `/metrics`.
+//! Prometheus exposition of kepler-rs power snapshots, and the axum router for `/metrics`.
 //!
 //! # Shape
 //!
@@ -8,8 +8,9 @@
 //! - [`encode()`]: writes a [`PowerSnapshot`](kepler_core::PowerSnapshot) plus an
 //!   [`ExportContext`] as Prometheus text 0.0.4 or OpenMetrics 1.0.0 into a byte buffer.
 //! - [`AgentState`]: the latest snapshot and context, published by the tick loop and read by
-//!   scrapes; [`bind`]/[`serve`]: the axum server with TLS and basic auth from the
-//!   exporter-toolkit [`WebConfig`].
+//!   scrapes; [`router()`]: `/metrics`, `/healthz`, `/readyz` and `/` over it. Serving the
+//!   router (listen addresses, TLS, basic auth from the exporter-toolkit web config, timeouts)
+//!   is the shared `kepler-http` crate's job, so this crate carries no TLS or auth code.
 //!
 //! # Why a hand-written encoder
 //!
@@ -35,17 +36,13 @@ pub mod encode;
 pub mod level;
 pub mod outputs;
 pub mod registry;
-pub mod server;
+pub mod routes;
 pub mod state;
-pub mod web_config;
 
 pub use context::{AgentStats, BuildInfo, EbpfCounts, ExportContext};
 pub use encode::{encode, FamilyWriter, Format, MetricWriter, SampleValue};
 pub use level::{Level, LevelError, MetricsLevel};
 pub use outputs::{Output, OutputError, PrometheusOutput, Publication, StdoutOutput};
 pub use registry::{metrics_markdown, Desc, Describe, MetricType};
-pub use server::{bind, serve, ServeError, Server};
+pub use routes::router;
 pub use state::{AgentState, Readiness};
-pub use web_config::{
-    BcryptHash, ClientAuth, Pem, TlsConfig, TlsVersion, WebConfig, WebConfigError,
-};

@@ -10,7 +10,8 @@ use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use kepler_exporters::{bind, AgentState, AgentStats};
+use kepler_exporters::{router, AgentState, AgentStats};
+use kepler_http::Server;
 
 struct KillOnDrop(Child);
 
@@ -61,10 +62,12 @@ async fn prometheus_ingests_our_openmetrics_output() {
             ebpf: None,
         },
     );
-    let server = bind(&["127.0.0.1:0".to_string()], None).await.unwrap();
+    let server = Server::bind(&["127.0.0.1:0".to_string()], None)
+        .await
+        .unwrap();
     let target = server.local_addrs()[0];
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let serving = tokio::spawn(server.serve(state.clone(), async {
+    let serving = tokio::spawn(server.serve(router(state.clone()), async {
         let _ = stopped.await;
     }));
 
