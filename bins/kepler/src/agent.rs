@@ -14,7 +14,7 @@ use kepler_exporters::{
     Publication, Readiness, StdoutOutput,
 };
 use kepler_http::shutdown_signal;
-use tracing::{error, info, warn};
+use tracing::{info, warn};
 
 use crate::config::Config;
 use crate::sampler::Sampler;
