@@ -1,19 +1,23 @@
 //! One tick of the agent: read usage and power at (nearly) the same instant, turn the readings
 //! into interval energy, and attribute it. Kept free of HTTP and threads so tests drive it.
 
-use std::time::{Duration, Instant};
+use std::sync::Arc;
+use std::time::Duration;
 
 use kepler_core::{
     zone_energies, Attributor, EnergySnapshot, PowerMeter, PowerSnapshot, Tick, UsageSnapshot,
     UsageSource, ZoneReading,
 };
+use kepler_meters::{Clock, MonotonicClock};
 use tracing::{debug, warn};
 
 pub struct Sampler {
     source: Box<dyn UsageSource>,
     meter: Option<Box<dyn PowerMeter>>,
     attributor: Attributor,
-    origin: Instant,
+    /// When meter readings were taken. Only differences matter: they are the intervals that
+    /// turn energy into watts, so a test that sets this clock gets exact, repeatable watts.
+    clock: Arc<dyn Clock>,
     previous_usage: Option<UsageSnapshot>,
     previous_energy: Option<EnergySnapshot>,
     /// Spare buffer for meter reads, recycled from the snapshot before last.
@@ -46,7 +50,7 @@ impl Sampler {
             source,
             meter,
             attributor,
-            origin: Instant::now(),
+            clock: Arc::new(MonotonicClock::default()),
             previous_usage: None,
             previous_energy: None,
             readings: Vec::new(),
@@ -63,6 +67,14 @@ impl Sampler {
 
     pub fn with_features(mut self, export: bool) -> Self {
         self.export_features = export;
+        self
+    }
+
+    /// Stamps meter readings with `clock` instead of the monotonic clock (the default). The
+    /// golden `/metrics` test drives it by hand; set it before the first tick, since intervals
+    /// are differences between readings of the same clock.
+    pub fn with_clock(mut self, clock: Arc<dyn Clock>) -> Self {
+        self.clock = clock;
         self
     }
 
@@ -131,9 +143,9 @@ impl Sampler {
         readings.clear();
         // The counters are sampled somewhere inside the read, which can be preempted on a busy
         // host: the middle of the read is the best estimate of when.
-        let before = self.origin.elapsed();
+        let before = self.clock.now();
         let read = meter.read(&mut readings);
-        let after = self.origin.elapsed();
+        let after = self.clock.now();
         let at = before + after.saturating_sub(before) / 2;
         match read {
             Ok(()) => {
