@@ -9,7 +9,7 @@ use std::time::Duration;
 use common::*;
 
 fn shared(path: &str) -> String {
-    format!("{}/../../../shared/data/{path}", env!("CARGO_MANIFEST_DIR"))
+    format!("{}/../../data/{path}", env!("CARGO_MANIFEST_DIR"))
 }
 
 fn package_watts(port: u16) -> (f64, Vec<Sample>) {
