@@ -3,6 +3,9 @@
 //! built-in models from the public data) and `evaluate-builtin` (their accuracy report);
 //! the HTTP server comes with the model-server issue.
 
+// No unwrap or expect outside tests; set per crate root, see [workspace.lints] in Cargo.toml.
+#![warn(clippy::unwrap_used, clippy::expect_used)]
+
 mod builtin;
 mod evaluate;
 mod logging;

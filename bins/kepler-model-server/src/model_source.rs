@@ -109,7 +109,7 @@ mod tests {
         ) -> Result<Box<dyn Predictor>> {
             *self.0.borrow_mut() = spec.cloned();
             let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(
-                "../../../shared/data/kepler-model-db/models/v0.7/specpower-0.7.11/acpi/AbsPower/BPFOnly/SGDRegressorTrainer_0.json",
+                "../../data/kepler-model-db/models/v0.7/specpower-0.7.11/acpi/AbsPower/BPFOnly/SGDRegressorTrainer_0.json",
             );
             Ok(kepler_models::load_model(&path, None)?)
         }
@@ -138,7 +138,7 @@ mod tests {
     #[test]
     fn builtin_resolver_plugs_in_and_gets_the_spec() -> Result<()> {
         let spec = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-            .join("../../../shared/data/kepler-model-server/tests/data/machine/spec.json");
+            .join("../../data/kepler-model-server/tests/data/machine/spec.json");
         let resolver = Recording(RefCell::new(None));
         let model = load(
             &ModelSource::Builtin,

@@ -1,5 +1,5 @@
 //! The committed built-in models (crates/models/builtin) are exactly what `train-builtin`
-//! produces from the shared data: retrain into a temp dir and compare every file.
+//! produces from the data in `data/`: retrain into a temp dir and compare every file.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -10,7 +10,7 @@ fn repo() -> PathBuf {
 }
 
 fn data() -> PathBuf {
-    repo().join("../shared/data")
+    repo().join("data")
 }
 
 /// Relative path → contents of every file under `dir`.

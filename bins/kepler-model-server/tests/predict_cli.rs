@@ -11,7 +11,7 @@ fn bin() -> Command {
 
 fn model(rel: &str) -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../../../shared/data/kepler-model-db/models/v0.7/ec2-0.7.11/rapl-sysfs/AbsPower")
+        .join("../../data/kepler-model-db/models/v0.7/ec2-0.7.11/rapl-sysfs/AbsPower")
         .join(rel)
 }
 
@@ -163,7 +163,7 @@ fn missing_column_and_bad_cell_are_clear_errors() {
 /// 377 GiB.
 fn upstream_spec() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../../../shared/data/kepler-model-server/tests/data/machine/spec.json")
+        .join("../../data/kepler-model-server/tests/data/machine/spec.json")
 }
 
 #[test]

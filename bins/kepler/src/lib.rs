@@ -2,6 +2,9 @@
 //! the tick loop and `kepler probe`. `main.rs` only parses flags and calls in here, so tests
 //! can drive every piece.
 
+// No unwrap or expect outside tests; set per crate root, see [workspace.lints] in Cargo.toml.
+#![warn(clippy::unwrap_used, clippy::expect_used)]
+
 pub mod agent;
 pub mod builtin;
 pub mod cli;

@@ -1,3 +1,6 @@
+// No unwrap or expect outside tests; set per crate root, see [workspace.lints] in Cargo.toml.
+#![warn(clippy::unwrap_used, clippy::expect_used)]
+
 use anyhow::Result;
 use clap::Parser;
 use kepler_agent::cli::{Cli, Command};

@@ -8,8 +8,8 @@ use std::time::Duration;
 
 use common::*;
 
-fn shared(path: &str) -> String {
-    format!("{}/../../../shared/data/{path}", env!("CARGO_MANIFEST_DIR"))
+fn data_file(path: &str) -> String {
+    format!("{}/../../data/{path}", env!("CARGO_MANIFEST_DIR"))
 }
 
 fn package_watts(port: u16) -> (f64, Vec<Sample>) {
@@ -22,7 +22,7 @@ fn package_watts(port: u16) -> (f64, Vec<Sample>) {
 
 #[test]
 fn estimated_power_rises_with_load_and_is_conserved() {
-    let model = shared(
+    let model = data_file(
         "kepler-model-db/models/v0.7/ec2-0.7.11/rapl-sysfs/AbsPower/BPFOnly/SGDRegressorTrainer_0.json",
     );
     let sysfs = sysfs_dir();

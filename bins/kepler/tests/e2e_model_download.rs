@@ -9,10 +9,10 @@ use common::*;
 
 fn published_model() -> String {
     std::fs::read_to_string(format!(
-        "{}/../../../shared/data/kepler-model-db/models/v0.7/ec2-0.7.11/rapl-sysfs/AbsPower/BPFOnly/SGDRegressorTrainer_0.json",
+        "{}/../../data/kepler-model-db/models/v0.7/ec2-0.7.11/rapl-sysfs/AbsPower/BPFOnly/SGDRegressorTrainer_0.json",
         env!("CARGO_MANIFEST_DIR")
     ))
-    .expect("shared model file")
+    .expect("model file in data/")
 }
 
 fn package_watts(port: u16) -> f64 {

@@ -2,6 +2,9 @@
 //! exporters, the traits sources and meters implement, and attribution itself. Nothing here
 //! does I/O, so every rule can be tested with plain values.
 
+// No unwrap or expect outside tests; set per crate root, see [workspace.lints] in Cargo.toml.
+#![warn(clippy::unwrap_used, clippy::expect_used)]
+
 pub mod attribution;
 pub mod catalogue;
 pub mod domain;

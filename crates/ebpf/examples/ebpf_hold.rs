@@ -11,8 +11,9 @@ use kepler_core::{NoWorkloads, UsageSnapshot, UsageSource};
 use kepler_ebpf::{EbpfSettings, EbpfSource};
 
 fn cpu_time() -> Duration {
-    // SAFETY: getrusage writes into the provided struct.
+    // SAFETY: rusage is plain integers, for which all-zero bytes are a valid value.
     let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: getrusage only writes into the struct it is given, which lives across the call.
     unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut ru) };
     let tv = |t: libc::timeval| Duration::new(t.tv_sec as u64, t.tv_usec as u32 * 1000);
     tv(ru.ru_utime) + tv(ru.ru_stime)

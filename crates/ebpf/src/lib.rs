@@ -18,6 +18,9 @@
 //! Entry points: [`probe`] (can eBPF be used here, and if not why) and [`EbpfSource::new`].
 //! The model features of two snapshots are computed by `kepler_core::features`.
 
+// No unwrap or expect outside tests; set per crate root, see [workspace.lints] in Cargo.toml.
+#![warn(clippy::unwrap_used, clippy::expect_used)]
+
 mod abi;
 mod caps;
 mod cgroups;

@@ -31,6 +31,9 @@
 //! decimals of micro-joules), and nothing is allocated per sample. Label counts are checked at
 //! compile time through const generics, so hand-writing does not mean string-building lines.
 
+// No unwrap or expect outside tests; set per crate root, see [workspace.lints] in Cargo.toml.
+#![warn(clippy::unwrap_used, clippy::expect_used)]
+
 pub mod context;
 pub mod encode;
 pub mod level;

@@ -26,6 +26,9 @@
 //!   cache of verified credentials, so the cache holds no password (see the `auth` module).
 //! - `serde_yaml` for the config file, `base64` for the `Authorization` header.
 
+// No unwrap or expect outside tests; set per crate root, see [workspace.lints] in Cargo.toml.
+#![warn(clippy::unwrap_used, clippy::expect_used)]
+
 mod auth;
 mod error;
 mod listen;

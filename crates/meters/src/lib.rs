@@ -13,6 +13,9 @@
 //! host, opening it says exactly why ([`Unavailable`]); [`probe`] collects those answers for
 //! `kepler probe` and start-up logs.
 
+// No unwrap or expect outside tests; set per crate root, see [workspace.lints] in Cargo.toml.
+#![warn(clippy::unwrap_used, clippy::expect_used)]
+
 pub mod fake;
 pub mod hwmon;
 pub mod model;

@@ -465,7 +465,7 @@ mod tests {
 
     fn published() -> Vec<u8> {
         let path = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(
-            "../../../shared/data/kepler-model-db/models/v0.7/ec2-0.7.11/rapl-sysfs/AbsPower/BPFOnly/XgboostFitTrainer_0.zip",
+            "../../data/kepler-model-db/models/v0.7/ec2-0.7.11/rapl-sysfs/AbsPower/BPFOnly/XgboostFitTrainer_0.zip",
         );
         std::fs::read(path).expect("published archive")
     }

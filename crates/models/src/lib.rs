@@ -36,6 +36,9 @@
 //! # Ok::<(), kepler_models::ModelError>(())
 //! ```
 
+// No unwrap or expect outside tests; set per crate root, see [workspace.lints] in Cargo.toml.
+#![warn(clippy::unwrap_used, clippy::expect_used)]
+
 mod archive;
 pub mod builtin;
 mod curvefit;

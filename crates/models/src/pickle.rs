@@ -609,7 +609,7 @@ mod tests {
 
     fn member(archive: &str, name: &str) -> Vec<u8> {
         let path = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(format!(
-            "../../../shared/data/kepler-model-db/models/v0.7/ec2-0.7.11/rapl-sysfs/AbsPower/BPFOnly/{archive}"
+            "../../data/kepler-model-db/models/v0.7/ec2-0.7.11/rapl-sysfs/AbsPower/BPFOnly/{archive}"
         ));
         let file = std::fs::File::open(&path).expect("archive");
         let mut zip = zip::ZipArchive::new(file).expect("zip");

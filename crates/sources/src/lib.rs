@@ -8,6 +8,9 @@
 //! [`procfs::ProcfsReader`] is the reading layer under that source, shared with the eBPF source:
 //! node CPU times, a process's key, and its description, read and converted the same way.
 
+// No unwrap or expect outside tests; set per crate root, see [workspace.lints] in Cargo.toml.
+#![warn(clippy::unwrap_used, clippy::expect_used)]
+
 pub mod procfs;
 
 pub use procfs::{probe, read_cpu_info, ProcessDescription, ProcfsReader, ProcfsSource};

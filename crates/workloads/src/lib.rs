@@ -7,6 +7,9 @@
 //! ([`vm_from_cmdline`]). Names of containers and pods are not in those paths; they are left
 //! empty here, for a Kubernetes-aware layer to fill in.
 
+// No unwrap or expect outside tests; set per crate root, see [workspace.lints] in Cargo.toml.
+#![warn(clippy::unwrap_used, clippy::expect_used)]
+
 mod cgroup;
 mod classifier;
 mod vm;

@@ -14,8 +14,8 @@ mod tables;
 
 #[derive(clap::Args, Debug)]
 pub struct EvaluateArgs {
-    /// The shared data directory.
-    #[arg(long, value_name = "DIR", default_value = "../shared/data")]
+    /// The data directory (holds kepler-model-db/models/v0.6/nx12); relative to the working directory.
+    #[arg(long, value_name = "DIR", default_value = "data")]
     pub data: PathBuf,
 
     /// Markdown file whose generated section is (re)written; created when missing.

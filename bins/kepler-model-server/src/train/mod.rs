@@ -1,4 +1,4 @@
-//! `train-builtin`: trains the built-in models from the public data in `shared/data` and
+//! `train-builtin`: trains the built-in models from the public data in the repository's `data/` and
 //! writes them as a small model DB: `index.json` (embedded in kepler-models), and per
 //! family a `node_type_index.json` and one model-DB weight JSON per node type.
 //! Deterministic: the same data gives the same bytes (tested against the committed files).
@@ -18,8 +18,8 @@ use serde_json::{json, Value};
 
 #[derive(clap::Args, Debug)]
 pub struct TrainArgs {
-    /// The shared data directory (holds ccf/data/*.csv).
-    #[arg(long, value_name = "DIR", default_value = "../shared/data")]
+    /// The data directory (holds ccf/data/*.csv); relative to the working directory.
+    #[arg(long, value_name = "DIR", default_value = "data")]
     pub data: PathBuf,
 
     /// Where to write the models (the committed copy is crates/models/builtin).
@@ -92,7 +92,7 @@ pub fn generate(data: &Path, skipped: &mut Skipped) -> Result<BTreeMap<PathBuf, 
     let platform = specpower::train(&read(specpower::FILE)?, skipped)?;
     let index = BuiltinIndex {
         format: INDEX_FORMAT,
-        generated_by: "kepler-model-server train-builtin --data ../shared/data --out \
+        generated_by: "kepler-model-server train-builtin --data data --out \
                        crates/models/builtin (docs/builtin-models.md)"
             .into(),
         rapl,

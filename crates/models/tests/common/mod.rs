@@ -1,4 +1,4 @@
-//! Shared helpers: paths into the published model DB copy in `../shared/data` and tolerant
+//! Shared helpers: paths into the copy of the published model DB in `data/` and tolerant
 //! comparisons.
 #![allow(dead_code)]
 
@@ -7,10 +7,10 @@ use std::path::PathBuf;
 
 use kepler_models::{load_model, Predictor};
 
-/// `shared/data` beside the repository (CI clones the repo with shared/ next to it).
+/// A file of the repository's `data/` directory (public files copied unmodified, see data/README.md).
 pub fn data(rel: &str) -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../../../shared/data")
+        .join("../../data")
         .join(rel)
 }
 
