@@ -23,13 +23,41 @@ pub(super) struct VmGroup {
     pub(super) joined: Arc<VmRef>,
 }
 
-/// This tick's energy of one group, gathered under the address of the shared id its
-/// processes carry: the id string is then hashed once per group per tick, not once per member.
-struct GroupSum<R> {
-    ids: Arc<R>,
+/// This tick's energy of one group's members.
+struct Sum {
     energy: smallvec::SmallVec<[MicroJoules; 4]>,
     cpu: Duration,
     all_ended: bool,
+}
+
+impl Default for Sum {
+    fn default() -> Self {
+        Sum {
+            energy: smallvec::SmallVec::new(),
+            cpu: Duration::ZERO,
+            all_ended: true,
+        }
+    }
+}
+
+impl Sum {
+    fn add(&mut self, energy: &[MicroJoules], cpu: Duration, ended: bool) {
+        if self.energy.len() < energy.len() {
+            self.energy.resize(energy.len(), MicroJoules::ZERO);
+        }
+        for (total, part) in self.energy.iter_mut().zip(energy) {
+            *total += *part;
+        }
+        self.cpu += cpu;
+        self.all_ended &= ended;
+    }
+}
+
+/// A group's sum gathered under the address of the shared id its processes carry: the id
+/// string is then hashed once per group per tick, not once per member.
+struct GroupSum<R> {
+    ids: Arc<R>,
+    sum: Sum,
 }
 
 type SumsByRef<R> = FastMap<usize, GroupSum<R>>;
@@ -39,7 +67,7 @@ pub(super) struct GroupSums {
     containers: SumsByRef<ContainerId>,
     vms: SumsByRef<VmId>,
     /// Pods are summed from their containers' sums, keyed by pod id.
-    pods: FastMap<String, GroupSum<()>>,
+    pods: FastMap<String, Sum>,
 }
 
 fn gather<R>(
@@ -49,40 +77,13 @@ fn gather<R>(
     cpu: Duration,
     ended: bool,
 ) {
-    let sum = sums
-        .entry(Arc::as_ptr(ids) as usize)
+    sums.entry(Arc::as_ptr(ids) as usize)
         .or_insert_with(|| GroupSum {
             ids: ids.clone(),
-            energy: smallvec::smallvec![MicroJoules::ZERO; energy.len()],
-            cpu: Duration::ZERO,
-            all_ended: true,
-        });
-    add_sum(
-        &mut sum.energy,
-        &mut sum.cpu,
-        &mut sum.all_ended,
-        energy,
-        cpu,
-        ended,
-    );
-}
-
-fn add_sum(
-    total: &mut smallvec::SmallVec<[MicroJoules; 4]>,
-    total_cpu: &mut Duration,
-    all_ended: &mut bool,
-    energy: &[MicroJoules],
-    cpu: Duration,
-    ended: bool,
-) {
-    if total.len() < energy.len() {
-        total.resize(energy.len(), MicroJoules::ZERO);
-    }
-    for (t, part) in total.iter_mut().zip(energy) {
-        *t += *part;
-    }
-    *total_cpu += cpu;
-    *all_ended &= ended;
+            sum: Sum::default(),
+        })
+        .sum
+        .add(energy, cpu, ended);
 }
 
 impl Attributor {
@@ -142,29 +143,14 @@ impl Attributor {
             self.joined_generation = Some(generation);
         }
         let at = (interval, tick);
-        for (_, sum) in sums.containers.drain() {
-            let group = self
-                .containers
-                .entry(sum.ids.id.clone())
-                .or_insert_with(|| {
-                    let joined = join_container(&sum.ids, &view, None, &mut self.pods);
-                    Workload::new(ContainerGroup {
-                        ids: sum.ids.clone(),
-                        joined,
-                    })
-                });
-            add_tick(group, &sum.energy, at, sum.cpu, sum.all_ended);
+        for (_, GroupSum { ids, sum }) in sums.containers.drain() {
+            let group = self.containers.entry(ids.id.clone()).or_insert_with(|| {
+                let joined = join_container(&ids, &view, None, &mut self.pods);
+                Workload::new(ContainerGroup { ids, joined })
+            });
+            add_tick(group, &sum, at);
             if let Some(pod) = &group.reference.joined.pod {
-                let pod_sum = sums.pods.entry(pod.id.clone()).or_insert_with(|| GroupSum {
-                    ids: Arc::new(()),
-                    energy: smallvec::SmallVec::new(),
-                    cpu: Duration::ZERO,
-                    all_ended: true,
-                });
-                add_sum(
-                    &mut pod_sum.energy,
-                    &mut pod_sum.cpu,
-                    &mut pod_sum.all_ended,
+                sums.pods.entry(pod.id.clone()).or_default().add(
                     &sum.energy,
                     sum.cpu,
                     sum.all_ended,
@@ -176,16 +162,14 @@ impl Attributor {
                 .pods
                 .entry(id)
                 .or_insert_with_key(|id| Workload::new(join_pod(id, &view, None)));
-            add_tick(group, &sum.energy, at, sum.cpu, sum.all_ended);
+            add_tick(group, &sum, at);
         }
-        for (_, sum) in sums.vms.drain() {
-            let group = self.vms.entry(sum.ids.id.clone()).or_insert_with(|| {
-                Workload::new(VmGroup {
-                    ids: sum.ids.clone(),
-                    joined: join_vm(&sum.ids, &view, None),
-                })
+        for (_, GroupSum { ids, sum }) in sums.vms.drain() {
+            let group = self.vms.entry(ids.id.clone()).or_insert_with(|| {
+                let joined = join_vm(&ids, &view, None);
+                Workload::new(VmGroup { ids, joined })
             });
-            add_tick(group, &sum.energy, at, sum.cpu, sum.all_ended);
+            add_tick(group, &sum, at);
         }
         drop(view);
         self.group_sums = sums;
@@ -289,13 +273,8 @@ fn join_vm(ids: &VmId, view: &CatalogueView<'_>, previous: Option<&Arc<VmRef>>) 
 
 /// Adds one tick's gathered energy to a group workload (container, pod, VM). A group is
 /// running while any of its members is.
-fn add_tick<R>(
-    w: &mut Workload<R>,
-    energy: &[MicroJoules],
-    (interval, tick): (Duration, u64),
-    cpu_delta: Duration,
-    members_ended: bool,
-) {
+fn add_tick<R>(w: &mut Workload<R>, sum: &Sum, (interval, tick): (Duration, u64)) {
+    let (energy, cpu_delta, members_ended) = (&sum.energy[..], sum.cpu, sum.all_ended);
     if w.seen_tick != tick {
         // First members seen this tick: restart the per-tick power sums.
         w.zones.resize(energy.len(), ZoneValue::default());
