@@ -6,12 +6,12 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
 use kepler_core::{
-    AttributionConfig, Attributor, Catalogue, ComponentHealth, ComponentKind, Health, IdlePolicy,
-    MicroJoules, StopSignal, TerminatedPolicy, Watts,
+    AttributionConfig, Attributor, Catalogue, ComponentHealth, ComponentKind, Health, MicroJoules,
+    StopSignal, TerminatedPolicy,
 };
 use kepler_exporters::{
-    AgentState, AgentStats, EbpfCounts, ExportContext, MetricsLevel, Output, PrometheusOutput,
-    Publication, Readiness, StdoutOutput,
+    AgentState, AgentStats, EbpfCounts, ExportContext, Output, PrometheusOutput, Publication,
+    Readiness, StdoutOutput,
 };
 use kepler_http::shutdown_signal;
 use tracing::{info, warn};
@@ -32,8 +32,7 @@ pub fn run(config: Config) -> Result<()> {
     let catalogue = Arc::new(Catalogue::new());
     let node_name = setup::node_name(&config);
     let mut context = ExportContext::new(node_name.clone());
-    context.levels = MetricsLevel::parse(&config.exporter.prometheus.metrics_level)
-        .context("exporter.prometheus.metricsLevel")?;
+    context.levels = config.exporter.prometheus.metrics_level;
     context.build = setup::build_info();
     context.cpu_info = match kepler_sources::read_cpu_info(&config.host.procfs) {
         Ok(cpus) => Arc::from(cpus),
@@ -49,7 +48,7 @@ pub fn run(config: Config) -> Result<()> {
     let setup::Usage {
         source, ebpf_stats, ..
     } = setup::usage_source(&config, catalogue.clone())?;
-    let (meters, reports) = setup::select_meters(&config, source.as_ref());
+    let setup::Selection { meters, attempts } = setup::select_meters(&config, &source.features());
     info!(
         node = %node_name,
         source = source.name(),
@@ -60,7 +59,7 @@ pub fn run(config: Config) -> Result<()> {
     if meters.is_empty() {
         let reason = format!(
             "no power meter available ({}); exporting usage only",
-            setup::describe_failures(&reports)
+            setup::describe_failures(&attempts)
         );
         warn!("{reason}");
         state.set_readiness(Readiness::not_ready(reason));
@@ -132,19 +131,12 @@ pub fn run(config: Config) -> Result<()> {
 }
 
 fn attribution_config(config: &Config) -> AttributionConfig {
-    let idle = match config.attribution.idle_policy.as_str() {
-        "baseline" => IdlePolicy::Baseline {
-            configured: config.attribution.idle_baseline_watts.map(Watts),
-            low_usage_ratio: config.attribution.low_usage_ratio,
-        },
-        _ => IdlePolicy::Ratio,
-    };
     let max = match config.monitor.max_terminated {
         n if n < 0 => None,
         n => Some(usize::try_from(n).unwrap_or(usize::MAX)),
     };
     AttributionConfig {
-        idle,
+        idle: config.attribution.idle_policy(),
         terminated: TerminatedPolicy {
             retention: config.monitor.terminated_retention.0,
             max,

@@ -2,9 +2,7 @@
 
 use kepler_core::Unavailable;
 use kepler_meters::{ModelMeter, OutputType};
-use kepler_models::builtin::{
-    select_builtin, select_builtin_for_guest, BuiltinFamily, MachineSpec,
-};
+use kepler_models::builtin::{select_builtin, select_builtin_for_guest, MachineSpec};
 use tracing::info;
 
 use crate::config::Config;
@@ -26,11 +24,7 @@ pub fn open(
     available: Vec<String>,
 ) -> Result<ModelMeter, Unavailable> {
     let spec = machine_spec(config)?;
-    let family: BuiltinFamily = config
-        .estimator
-        .family
-        .parse()
-        .map_err(|e| Unavailable::new(format!("estimator.family: {e}")))?;
+    let family = config.estimator.family.builtin();
     // A guest's busy vCPUs add power to a host it cannot see: it gets a host model for its CPU
     // and only the dynamic part of it is meaningful.
     let selection = if crate::estimator::is_virtual_machine(&config.host.procfs) {

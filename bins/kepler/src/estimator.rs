@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use kepler_core::Unavailable;
 use kepler_meters::{ModelFile, ModelMeter, OutputType};
 
-use crate::config::Config;
+use crate::config::{Config, EstimatorFamily};
 use crate::model_fetch::{self, Remote};
 
 /// Whether this host is a virtual machine, from the CPU flags the hypervisor sets.
@@ -19,11 +19,10 @@ pub fn is_virtual_machine(procfs: &Path) -> bool {
 }
 
 pub fn output_type(config: &Config) -> OutputType {
-    match config.estimator.output_type.as_str() {
-        "AbsPower" => OutputType::Abs,
-        "DynPower" => OutputType::Dyn,
-        _ if is_virtual_machine(&config.host.procfs) => OutputType::Dyn,
-        _ => OutputType::Abs,
+    match config.estimator.output_type.fixed() {
+        Some(output) => output,
+        None if is_virtual_machine(&config.host.procfs) => OutputType::Dyn,
+        None => OutputType::Abs,
     }
 }
 
@@ -77,9 +76,9 @@ fn server_request(
     available: &[String],
 ) -> Result<serde_json::Value, Unavailable> {
     let spec = crate::builtin::machine_spec(config)?;
-    let source = match config.estimator.family.as_str() {
-        "platform" => "acpi",
-        _ => "rapl-sysfs",
+    let source = match config.estimator.family {
+        EstimatorFamily::Platform => "acpi",
+        EstimatorFamily::Rapl => "rapl-sysfs",
     };
     Ok(serde_json::json!({
         "metrics": available,

@@ -9,7 +9,7 @@ use kepler_agent::config::Config;
 fn main() -> Result<()> {
     let cli = Cli::parse();
     let loaded = Config::load(cli.config_file.as_deref(), &cli.overrides())?;
-    kepler_agent::init_logging(&loaded.config)?;
+    kepler_agent::logging::init(&loaded.config.log)?;
     for key in &loaded.unknown_keys {
         tracing::warn!(key = %key, "unknown config key ignored");
     }

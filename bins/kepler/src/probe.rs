@@ -3,6 +3,7 @@
 use std::fmt::Write;
 
 use kepler_core::PowerMeter;
+use kepler_meters::{registry, DomainProbe, OpenContext};
 
 use crate::config::Config;
 use crate::setup;
@@ -31,44 +32,65 @@ pub fn report(config: &Config) -> String {
     line(&mut out, "ebpf", ebpf);
     let _ = writeln!(out, "  selected: {selected}");
 
-    let order = config.meter_order();
-    let _ = writeln!(
-        out,
-        "\nPower meters (tried in order: {}):",
-        order.join(", ")
-    );
     let settings = setup::meter_settings(config);
-    let mut names: Vec<String> = order.clone();
-    for extra in kepler_meters::METER_NAMES {
-        if !names.iter().any(|n| n == extra) {
-            names.push(extra.to_string());
-        }
+    let estimator = |f: &[String]| setup::open_estimator(config, f);
+    let cx = OpenContext {
+        settings: &settings,
+        features: &features,
+        estimator: Some(&estimator),
+    };
+    let domains = registry::probe(&config.meter_chains(), &cx);
+    let _ = writeln!(out, "\nPower meters, per domain:");
+    for domain in &domains {
+        meters(&mut out, domain);
     }
-    let mut selected = None;
-    for name in &names {
-        let outcome = setup::open_meter(config, &settings, name, &features);
-        let detail = outcome
+    let _ = writeln!(out);
+    let selected: Vec<String> = domains
+        .iter()
+        .filter_map(|d| d.selected.map(|m| format!("{}: {m}", d.domain)))
+        .collect();
+    if selected.is_empty() {
+        let _ = writeln!(
+            out,
+            "Selected meters: none; the agent exports usage only and /readyz reports not ready"
+        );
+    } else {
+        let _ = writeln!(out, "Selected meters: {}", selected.join(", "));
+    }
+    out
+}
+
+/// One domain: its chain, every registry row of it (the chain's first, in order), and the
+/// meter the agent would take.
+fn meters(out: &mut String, domain: &DomainProbe) {
+    let chain: Vec<&str> = domain.chain.iter().map(|m| m.as_str()).collect();
+    let _ = if chain.is_empty() {
+        writeln!(out, "{}: no meters yet", domain.domain)
+    } else {
+        writeln!(
+            out,
+            "{} (tried in order: {}):",
+            domain.domain,
+            chain.join(", ")
+        )
+    };
+    for row in &domain.rows {
+        let detail = row
+            .outcome
             .as_ref()
             .map(|meter| describe(meter.as_ref()))
             .map_err(|e| e.to_string());
-        if selected.is_none() && outcome.is_ok() && order.contains(name) {
-            selected = Some(name.clone());
-        }
-        line(&mut out, name, detail);
+        let detail = match (row.in_chain, detail) {
+            (true, detail) => detail,
+            (false, Ok(d)) => Ok(format!("[not in the chain] {d}")),
+            (false, Err(e)) => Err(format!("[not in the chain] {e}")),
+        };
+        line(out, row.meter.as_str(), detail);
     }
-    let _ = writeln!(out);
-    match selected {
-        Some(name) => {
-            let _ = writeln!(out, "Selected meter: {name}");
-        }
-        None => {
-            let _ = writeln!(
-                out,
-                "Selected meter: none; the agent exports usage only and /readyz reports not ready"
-            );
-        }
-    }
-    out
+    let _ = match domain.selected {
+        Some(meter) => writeln!(out, "  selected: {meter}"),
+        None => writeln!(out, "  selected: none"),
+    };
 }
 
 fn describe(meter: &dyn PowerMeter) -> String {
@@ -97,4 +119,39 @@ fn line(out: &mut String, name: &str, outcome: Result<String, String>) {
         Ok(detail) => writeln!(out, "  {name:<8} available      {detail}"),
         Err(reason) => writeln!(out, "  {name:<8} not available  {reason}"),
     };
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::Path;
+
+    use kepler_meters::fixtures::PowercapTree;
+
+    use super::*;
+
+    #[test]
+    fn lists_every_meter_per_domain_with_the_selected_one() {
+        let dir = tempfile::tempdir().unwrap();
+        PowercapTree::create(dir.path(), &[("package-0", 1_000)]).unwrap();
+        let text = format!(
+            "host:\n  sysfs: {}\nebpf:\n  enabled: false\ncpu:\n  preferredMeters: [Hwmon, RAPL]\n",
+            dir.path().display()
+        );
+        let config = Config::from_yaml(&text, Path::new("test.yaml"))
+            .unwrap()
+            .config;
+        let out = report(&config);
+        let position = |needle: &str| {
+            out.find(needle)
+                .unwrap_or_else(|| panic!("{needle:?} missing from:\n{out}"))
+        };
+        let chain = position("cpu (tried in order: hwmon, rapl, model):");
+        let hwmon = position("  hwmon    not available");
+        let rapl = position("  rapl     available      zones: package (measured)");
+        let fake = position("  fake     available      [not in the chain]");
+        assert!(chain < hwmon && hwmon < rapl && rapl < fake, "{out}");
+        position("  selected: rapl\nplatform: no meters yet\n  selected: none\n");
+        position("gpu: no meters yet");
+        assert!(out.ends_with("Selected meters: cpu: rapl\n"), "{out}");
+    }
 }

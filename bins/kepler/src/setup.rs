@@ -3,9 +3,10 @@
 use std::sync::Arc;
 
 use anyhow::{Context, Result};
-use kepler_core::{Catalogue, PowerMeter, UsageSource};
+use kepler_core::{Catalogue, PowerMeter, Unavailable, UsageSource};
 use kepler_exporters::BuildInfo;
-use kepler_meters::{FakeSettings, MeterSettings, ProbeReport};
+use kepler_meters::{registry, FakeSettings, MeterSettings, OpenContext};
+pub use kepler_meters::{Attempt, Selection};
 use tracing::info;
 
 use crate::config::{Config, EbpfMode};
@@ -22,71 +23,45 @@ pub fn meter_settings(config: &Config) -> MeterSettings {
     }
 }
 
-/// The meters of the tick: for each power domain, the first meter of its fallback chain that
-/// opens (today the CPU domain's chain is `cpu.preferredMeters`; the platform and GPU chains
-/// have no meter yet). The reports say why each one before it could not be used.
-pub fn select_meters(
+/// Opens the estimation meter for the registry's `model` row: the model depends on the
+/// `estimator` section and on facts about this host that only the agent reads.
+pub fn open_estimator(
     config: &Config,
-    source: &dyn UsageSource,
-) -> (Vec<Box<dyn PowerMeter>>, Vec<ProbeReport>) {
-    let (cpu, reports) = select_meter(config, source);
-    (cpu.into_iter().collect(), reports)
-}
-
-/// Tries the configured CPU meters in order and keeps the first that opens; the reports say
-/// why each one before it could not be used.
-pub fn select_meter(
-    config: &Config,
-    source: &dyn UsageSource,
-) -> (Option<Box<dyn PowerMeter>>, Vec<ProbeReport>) {
-    let settings = meter_settings(config);
-    let mut reports = Vec::new();
-    for name in config.meter_order() {
-        match open_meter(config, &settings, &name, &source.features()) {
-            Ok(meter) => {
-                info!(meter = %name, zones = ?meter.zones(), "power meter selected");
-                reports.push(ProbeReport {
-                    name,
-                    outcome: Ok(meter.zones()),
-                });
-                return (Some(meter), reports);
-            }
-            Err(reason) => {
-                info!(meter = %name, %reason, "power meter unavailable");
-                reports.push(ProbeReport {
-                    name,
-                    outcome: Err(reason),
-                });
-            }
-        }
-    }
-    (None, reports)
-}
-
-/// Opens one meter by name; `features` are those the usage source provides (for `model`).
-pub fn open_meter(
-    config: &Config,
-    settings: &MeterSettings,
-    name: &str,
     features: &[String],
-) -> Result<Box<dyn PowerMeter>, kepler_core::Unavailable> {
-    if name == "model" {
-        let meter = crate::estimator::open(config, features.to_vec())?;
-        info!(
-            model = meter.model_name(),
-            output = meter.output().as_str(),
-            "power will be estimated by a model"
-        );
-        return Ok(Box::new(meter));
-    }
-    kepler_meters::open_meter(name, settings)
+) -> Result<Box<dyn PowerMeter>, Unavailable> {
+    let meter = crate::estimator::open(config, features.to_vec())?;
+    info!(
+        model = meter.model_name(),
+        output = meter.output().as_str(),
+        "power will be estimated by a model"
+    );
+    Ok(Box::new(meter))
 }
 
-/// "rapl: reason; hwmon: reason" for logs and `/readyz`.
-pub fn describe_failures(reports: &[ProbeReport]) -> String {
-    let failures: Vec<String> = reports
+/// The meters of the tick: for each power domain, the first meter of its fallback chain that
+/// opens; `features` are those the usage source provides (what a model may use). The
+/// attempts say why each meter before it could not be used.
+pub fn select_meters(config: &Config, features: &[String]) -> Selection {
+    let settings = meter_settings(config);
+    let estimator = |f: &[String]| open_estimator(config, f);
+    let cx = OpenContext {
+        settings: &settings,
+        features,
+        estimator: Some(&estimator),
+    };
+    registry::select(&config.meter_chains(), &cx)
+}
+
+/// "cpu/rapl: reason; cpu/hwmon: reason" for logs and `/readyz`.
+pub fn describe_failures(attempts: &[Attempt]) -> String {
+    let failures: Vec<String> = attempts
         .iter()
-        .filter_map(|r| r.outcome.as_ref().err().map(|e| format!("{}: {e}", r.name)))
+        .filter_map(|a| {
+            a.outcome
+                .as_ref()
+                .err()
+                .map(|e| format!("{}/{}: {e}", a.domain, a.meter))
+        })
         .collect();
     if failures.is_empty() {
         "no meter configured in cpu.preferredMeters".into()
@@ -195,5 +170,53 @@ pub fn build_info() -> BuildInfo {
         rust_version: option_env!("KEPLER_RUSTC_VERSION")
             .unwrap_or("unknown")
             .to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::Path;
+
+    use kepler_core::PowerDomain;
+    use kepler_meters::fixtures::{HwmonTree, PowercapTree};
+
+    use super::*;
+
+    fn config(sysfs: &Path, yaml: &str) -> Config {
+        let text = format!("host:\n  sysfs: {}\n{yaml}", sysfs.display());
+        Config::from_yaml(&text, Path::new("test.yaml"))
+            .unwrap()
+            .config
+    }
+
+    fn selected(config: &Config) -> Vec<String> {
+        select_meters(config, &[])
+            .meters
+            .iter()
+            .map(|m| format!("{}/{}", m.domain(), m.name()))
+            .collect()
+    }
+
+    #[test]
+    fn preferred_meters_in_any_case_select_the_first_that_opens() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut hwmon = HwmonTree::create(dir.path()).unwrap();
+        hwmon
+            .add_chip(Some("power_meter"), &[("power1_average", "1000000\n")])
+            .unwrap();
+        let upper = config(dir.path(), "cpu:\n  preferredMeters: [RAPL, Hwmon]\n");
+        // No powercap tree yet: hwmon, and the attempts say why rapl was passed over.
+        assert_eq!(selected(&upper), vec!["cpu/hwmon"]);
+        let attempts = select_meters(&upper, &[]).attempts;
+        assert_eq!(attempts[0].domain, PowerDomain::Cpu);
+        assert_eq!(attempts[0].meter.as_str(), "rapl");
+        assert!(describe_failures(&attempts).starts_with("cpu/rapl: "));
+
+        PowercapTree::create(dir.path(), &[("package-0", 1_000)]).unwrap();
+        assert_eq!(selected(&upper), vec!["cpu/rapl"]);
+        let reversed = config(dir.path(), "cpu:\n  preferredMeters: [HWMON, rapl]\n");
+        assert_eq!(selected(&reversed), vec!["cpu/hwmon"]);
+        let fake = config(dir.path(), "dev:\n  fake-cpu-meter:\n    enabled: true\n");
+        assert_eq!(selected(&fake), vec!["cpu/fake"]);
     }
 }

@@ -147,6 +147,41 @@ impl FromStr for MetricsLevel {
     }
 }
 
+/// `exporter.prometheus.metricsLevel`: a list (`[node, pod]`) or a single string (`all`,
+/// `node,pod`), read as [`MetricsLevel::parse`] reads flags.
+impl<'de> serde::Deserialize<'de> for MetricsLevel {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        d.deserialize_any(LevelsVisitor)
+    }
+}
+
+struct LevelsVisitor;
+
+impl<'de> serde::de::Visitor<'de> for LevelsVisitor {
+    type Value = MetricsLevel;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a list of metrics levels, or one string of comma-separated levels")
+    }
+
+    fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<MetricsLevel, E> {
+        v.parse().map_err(E::custom)
+    }
+
+    fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<MetricsLevel, A::Error> {
+        let mut set = MetricsLevel::NONE;
+        while let Some(item) = seq.next_element::<String>()? {
+            for level in MetricsLevel::parse([item])
+                .map_err(serde::de::Error::custom)?
+                .iter()
+            {
+                set.insert(level);
+            }
+        }
+        Ok(set)
+    }
+}
+
 impl FromIterator<Level> for MetricsLevel {
     fn from_iter<T: IntoIterator<Item = Level>>(iter: T) -> Self {
         let mut set = MetricsLevel::NONE;
@@ -196,6 +231,35 @@ mod tests {
         assert!(MetricsLevel::parse(Vec::<String>::new())
             .unwrap()
             .is_empty());
+    }
+
+    #[test]
+    fn deserializes_from_a_list_or_a_string() {
+        let all = MetricsLevel::ALL;
+        let node_pod = MetricsLevel::NONE.with(Level::Node).with(Level::Pod);
+        for (yaml, expected) in [
+            ("[node, pod]", node_pod),
+            ("[NODE, Pod]", node_pod),
+            ("[\"node,pod\"]", node_pod),
+            ("node,pod", node_pod),
+            ("all", all),
+            ("ALL", all),
+            ("[all]", all),
+            ("[node, all]", all),
+            ("vm", MetricsLevel::NONE.with(Level::Vm)),
+            ("[]", MetricsLevel::NONE),
+        ] {
+            let got: MetricsLevel = serde_yaml::from_str(yaml).unwrap();
+            assert_eq!(got, expected, "{yaml}");
+        }
+        for yaml in ["[node, gpu]", "nodes", "[node, [pod]]", "3", "{node: true}"] {
+            assert!(
+                serde_yaml::from_str::<MetricsLevel>(yaml).is_err(),
+                "{yaml} should be rejected"
+            );
+        }
+        let err = serde_yaml::from_str::<MetricsLevel>("[node, gpu]").unwrap_err();
+        assert!(err.to_string().contains("\"gpu\""), "{err}");
     }
 
     #[test]

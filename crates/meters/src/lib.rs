@@ -10,8 +10,9 @@
 //! fixture trees (see the `fixtures` feature). They report raw readings, one per socket or
 //! sensor, with the counter's wrap point: summing same-name zones and unwrapping counters is
 //! done once for all meters by [`kepler_core::zone_energies`]. When a meter cannot work on a
-//! host, opening it says exactly why ([`Unavailable`]); [`probe`] collects those answers for
-//! `kepler probe` and start-up logs.
+//! host, opening it says exactly why ([`kepler_core::Unavailable`]). The [`registry`] names
+//! every meter, places it in a power domain's fallback chain and opens it, for the agent's
+//! start-up selection and for `kepler probe`.
 
 // No unwrap or expect outside tests; set per crate root, see [workspace.lints] in Cargo.toml.
 #![warn(clippy::unwrap_used, clippy::expect_used)]
@@ -21,6 +22,7 @@ pub mod hwmon;
 pub mod model;
 pub mod polled;
 pub mod rapl;
+pub mod registry;
 mod sysfs;
 
 #[cfg(any(test, feature = "fixtures"))]
@@ -28,16 +30,15 @@ pub mod fixtures;
 
 use std::path::PathBuf;
 
-use kepler_core::{PowerMeter, Unavailable};
-
 pub use fake::{Clock, FakeMeter, FakeSettings, ManualClock, MonotonicClock};
 pub use hwmon::HwmonMeter;
 pub use model::{ModelFile, ModelMeter, OutputType};
 pub use polled::{PollTiming, PolledMeter, Poller, SlowDevice};
 pub use rapl::RaplMeter;
-
-/// The meter names [`open_meter`] knows.
-pub const METER_NAMES: [&str; 3] = ["rapl", "hwmon", "fake"];
+pub use registry::{
+    Attempt, Chain, DomainProbe, MeterName, OpenContext, OpenEstimator, ProbeRow, Selection,
+    UnknownMeter,
+};
 
 /// What the meters need from the configuration.
 #[derive(Clone, Debug, PartialEq)]
@@ -60,51 +61,5 @@ impl Default for MeterSettings {
             hwmon_zones: Vec::new(),
             fake: FakeSettings::default(),
         }
-    }
-}
-
-/// Opens the meter called `name` (`rapl`, `hwmon` or `fake`, case-insensitive).
-pub fn open_meter(
-    name: &str,
-    settings: &MeterSettings,
-) -> Result<Box<dyn PowerMeter>, Unavailable> {
-    let meter: Box<dyn PowerMeter> = match name.trim().to_ascii_lowercase().as_str() {
-        "rapl" => Box::new(RaplMeter::open(&settings.sysfs, &settings.rapl_zones)?),
-        "hwmon" => Box::new(HwmonMeter::open(&settings.sysfs, &settings.hwmon_zones)?),
-        "fake" => Box::new(FakeMeter::new(&settings.fake)?),
-        _ => return Err(Unavailable::new(format!("unknown meter {name}"))),
-    };
-    Ok(meter)
-}
-
-/// What probing one meter found.
-#[derive(Clone, Debug, PartialEq)]
-pub struct ProbeReport {
-    pub name: String,
-    /// The zones the meter would report (one per reading, so sockets repeat), or why it
-    /// cannot be used.
-    pub outcome: Result<Vec<String>, Unavailable>,
-}
-
-/// Tries to open each named meter, in order, and reports its zones or why it is unavailable.
-/// The meters are closed again; nothing is kept.
-pub fn probe(names: &[&str], settings: &MeterSettings) -> Vec<ProbeReport> {
-    names
-        .iter()
-        .map(|&name| ProbeReport {
-            name: name.to_string(),
-            outcome: open_meter(name, settings).map(|m| m.zones()),
-        })
-        .collect()
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn unknown_meter_is_unavailable() {
-        let err = open_meter("nvml", &MeterSettings::default()).err().unwrap();
-        assert_eq!(err.reason, "unknown meter nvml");
     }
 }

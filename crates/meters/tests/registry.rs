@@ -1,59 +1,231 @@
-//! Opening meters by name and probing them, as the agent and `kepler probe` do.
+//! The meter registry: names, fallback chains, selection and probing, as the agent and
+//! `kepler probe` use them.
 
-use std::path::PathBuf;
+use std::cell::RefCell;
+use std::path::{Path, PathBuf};
 
+use kepler_core::{PowerDomain, PowerMeter, Unavailable};
 use kepler_meters::fixtures::{HwmonTree, PowercapTree};
-use kepler_meters::{open_meter, probe, MeterSettings, METER_NAMES};
+use kepler_meters::registry::{chains, probe, select};
+use kepler_meters::{FakeMeter, FakeSettings, MeterName, MeterSettings, OpenContext};
+use serde::de::value::{Error as DeError, StrDeserializer};
+use serde::de::IntoDeserializer;
+use serde::Deserialize;
 
-#[test]
-fn meters_open_by_name() {
-    let dir = tempfile::tempdir().unwrap();
+fn name(text: &str) -> MeterName {
+    text.parse().unwrap()
+}
+
+fn names(texts: &[&str]) -> Vec<MeterName> {
+    texts.iter().map(|t| name(t)).collect()
+}
+
+fn settings(sysfs: &Path) -> MeterSettings {
+    MeterSettings {
+        sysfs: sysfs.to_path_buf(),
+        ..MeterSettings::default()
+    }
+}
+
+fn with_powercap(sysfs: &Path) {
     PowercapTree::create(
-        dir.path(),
+        sysfs,
         &[("package-0", 1_000), ("core", 1_000), ("dram", 1_000)],
     )
     .unwrap();
-    let mut hwmon = HwmonTree::create(dir.path()).unwrap();
+}
+
+fn with_power_meter(sysfs: &Path) {
+    let mut hwmon = HwmonTree::create(sysfs).unwrap();
     hwmon
         .add_chip(Some("power_meter"), &[("power1_average", "1000000\n")])
         .unwrap();
+}
 
-    let settings = MeterSettings {
-        sysfs: dir.path().to_path_buf(),
-        rapl_zones: vec!["package".into()],
-        ..MeterSettings::default()
-    };
-    for name in METER_NAMES {
-        let meter = open_meter(name, &settings).unwrap();
-        assert_eq!(meter.name(), name);
+fn cpu_chain(preferred: &[&str], fake: bool) -> Vec<String> {
+    let all = chains(&names(preferred), fake);
+    assert_eq!(
+        all.iter().map(|c| c.domain).collect::<Vec<_>>(),
+        PowerDomain::ALL.to_vec(),
+        "one chain per domain"
+    );
+    all[0].meters.iter().map(|m| m.to_string()).collect()
+}
+
+#[test]
+fn names_parse_in_any_case_and_unknown_ones_are_named() {
+    for (text, expected) in [
+        ("rapl", "rapl"),
+        ("RAPL", "rapl"),
+        ("Hwmon", "hwmon"),
+        (" fake ", "fake"),
+        ("MODEL", "model"),
+    ] {
+        assert_eq!(name(text).as_str(), expected, "{text}");
+        let via_serde =
+            MeterName::deserialize::<StrDeserializer<DeError>>(text.into_deserializer()).unwrap();
+        assert_eq!(via_serde.as_str(), expected, "{text}");
     }
+    for bad in ["magic", "", "rapl,hwmon", "ipmi"] {
+        let err = bad.parse::<MeterName>().unwrap_err();
+        assert_eq!(err.name, bad);
+        assert!(err.to_string().contains("known: rapl, hwmon"), "{err}");
+        let err = MeterName::deserialize::<StrDeserializer<DeError>>(bad.into_deserializer())
+            .unwrap_err();
+        assert!(err.to_string().contains("unknown meter"), "{err}");
+    }
+}
+
+#[test]
+fn every_row_opens_a_meter_of_its_name_and_domain() {
+    let dir = tempfile::tempdir().unwrap();
+    with_powercap(dir.path());
+    with_power_meter(dir.path());
+    let settings = settings(dir.path());
+    let estimator = |_: &[String]| -> Result<Box<dyn PowerMeter>, Unavailable> {
+        // Stands in for the agent's model meter: named `model` like the real one.
+        Err(Unavailable::new("the test opens no model"))
+    };
+    let cx = OpenContext {
+        estimator: Some(&estimator),
+        ..OpenContext::new(&settings)
+    };
+    for meter in MeterName::all().filter(|m| m.as_str() != "model") {
+        let opened = meter.open(&cx).unwrap();
+        assert_eq!(opened.name(), meter.as_str());
+        assert_eq!(opened.domain(), meter.domain(), "{meter}");
+    }
+    let rapl_package_only = MeterSettings {
+        rapl_zones: vec!["package".into()],
+        ..settings.clone()
+    };
+    let zones = name("RAPL")
+        .open(&OpenContext::new(&rapl_package_only))
+        .unwrap()
+        .zones();
+    assert_eq!(zones, vec!["package"]);
+}
+
+#[test]
+fn cpu_chain_is_the_preferred_meters_then_the_model() {
+    for (preferred, fake, expected) in [
+        (
+            &["rapl", "hwmon"][..],
+            false,
+            &["rapl", "hwmon", "model"][..],
+        ),
+        (&["RAPL", "Hwmon"], false, &["rapl", "hwmon", "model"]),
+        (&["hwmon"], false, &["hwmon", "model"]),
+        (&[], false, &["model"]),
+        (&["model", "rapl"], false, &["model", "rapl"]),
+        (&["rapl", "rapl", "fake"], false, &["rapl", "fake", "model"]),
+        (&["rapl", "hwmon"], true, &["fake"]),
+    ] {
+        assert_eq!(cpu_chain(preferred, fake), expected, "{preferred:?} {fake}");
+    }
+}
+
+#[test]
+fn platform_and_gpu_chains_are_their_registry_rows() {
+    for chain in chains(&[], false).iter().skip(1) {
+        let rows: Vec<MeterName> = MeterName::of_domain(chain.domain).collect();
+        assert_eq!(chain.meters, rows, "{}", chain.domain);
+    }
+}
+
+#[test]
+fn selection_takes_the_first_meter_that_opens() {
+    let dir = tempfile::tempdir().unwrap();
+    with_power_meter(dir.path());
+    let settings = settings(dir.path());
+    let cx = OpenContext::new(&settings);
+
+    // No powercap tree: rapl says why, hwmon is taken, the model is not tried.
+    let selection = select(&chains(&names(&["RAPL", "Hwmon"]), false), &cx);
+    let meters: Vec<&str> = selection.meters.iter().map(|m| m.name()).collect();
+    assert_eq!(meters, vec!["hwmon"]);
+    let tried: Vec<(PowerDomain, String, bool)> = selection
+        .attempts
+        .iter()
+        .map(|a| (a.domain, a.meter.to_string(), a.outcome.is_ok()))
+        .collect();
     assert_eq!(
-        open_meter("RAPL", &settings).unwrap().zones(),
-        vec!["package"]
+        tried,
+        vec![
+            (PowerDomain::Cpu, "rapl".into(), false),
+            (PowerDomain::Cpu, "hwmon".into(), true)
+        ]
+    );
+    assert_eq!(
+        selection.attempts[1].outcome,
+        Ok(vec!["platform".to_string()])
     );
 
-    let reports = probe(&["rapl", "hwmon", "fake", "ipmi"], &settings);
-    let outcomes: Vec<_> = reports
+    with_powercap(dir.path());
+    let selection = select(&chains(&names(&["rapl", "hwmon"]), false), &cx);
+    assert_eq!(selection.meters.len(), 1);
+    assert_eq!(selection.meters[0].name(), "rapl");
+}
+
+#[test]
+fn the_model_is_opened_by_the_callers_estimator_with_the_sources_features() {
+    let dir = tempfile::tempdir().unwrap();
+    let settings = settings(dir.path());
+    let features = vec!["bpf_cpu_time_ms".to_string()];
+    let asked: RefCell<Vec<Vec<String>>> = RefCell::new(Vec::new());
+    let estimator = |f: &[String]| -> Result<Box<dyn PowerMeter>, Unavailable> {
+        asked.borrow_mut().push(f.to_vec());
+        Ok(Box::new(FakeMeter::new(&FakeSettings::default())?))
+    };
+    let cx = OpenContext {
+        settings: &settings,
+        features: &features,
+        estimator: Some(&estimator),
+    };
+    let selection = select(&chains(&names(&["rapl", "hwmon"]), false), &cx);
+    assert_eq!(selection.meters.len(), 1, "the estimator's meter is taken");
+    assert_eq!(selection.attempts.last().unwrap().meter.as_str(), "model");
+    assert_eq!(*asked.borrow(), vec![features.clone()]);
+
+    // Without an estimator the model says so, and the CPU domain has no meter.
+    let selection = select(&chains(&[], false), &OpenContext::new(&settings));
+    assert!(selection.meters.is_empty());
+    assert_eq!(
+        selection.attempts[0].outcome,
+        Err(Unavailable::new("no estimation model is configured"))
+    );
+}
+
+#[test]
+fn probe_lists_every_row_of_each_domain_and_the_selected_one() {
+    let dir = tempfile::tempdir().unwrap();
+    with_powercap(dir.path());
+    let settings = settings(dir.path());
+    let report = probe(
+        &chains(&names(&["hwmon", "rapl"]), false),
+        &OpenContext::new(&settings),
+    );
+    assert_eq!(report.len(), PowerDomain::ALL.len());
+    let cpu = &report[0];
+    assert_eq!(cpu.domain, PowerDomain::Cpu);
+    let rows: Vec<(String, bool, bool)> = cpu
+        .rows
         .iter()
-        .map(|r| (r.name.as_str(), r.outcome.clone()))
+        .map(|r| (r.meter.to_string(), r.in_chain, r.outcome.is_ok()))
         .collect();
-    assert_eq!(outcomes[0], ("rapl", Ok(vec!["package".to_string()])));
-    assert_eq!(outcomes[1], ("hwmon", Ok(vec!["platform".to_string()])));
     assert_eq!(
-        outcomes[2],
-        (
-            "fake",
-            Ok(vec![
-                "package".to_string(),
-                "core".to_string(),
-                "dram".to_string()
-            ])
-        )
+        rows,
+        vec![
+            ("hwmon".into(), true, false),
+            ("rapl".into(), true, true),
+            ("model".into(), true, false),
+            ("fake".into(), false, true),
+        ]
     );
-    assert_eq!(
-        outcomes[3].1.as_ref().unwrap_err().reason,
-        "unknown meter ipmi"
-    );
+    assert_eq!(cpu.selected, Some(name("rapl")));
+    for other in &report[1..] {
+        assert_eq!(other.selected, None);
+    }
 }
 
 #[test]
@@ -67,13 +239,17 @@ fn defaults_point_at_the_real_sysfs() {
 fn probing_this_host_never_panics() {
     // On the development VM neither powercap nor hwmon exist; on real hosts either may. Both
     // must come back as an answer, never a panic.
-    let reports = probe(&METER_NAMES, &MeterSettings::default());
-    assert_eq!(reports.len(), 3);
-    for r in &reports {
+    let settings = MeterSettings::default();
+    let all: Vec<MeterName> = MeterName::all().collect();
+    let report = probe(&chains(&all, false), &OpenContext::new(&settings));
+    let rows: Vec<_> = report.iter().flat_map(|d| &d.rows).collect();
+    assert_eq!(rows.len(), all.len());
+    for r in rows {
         match &r.outcome {
-            Ok(zones) => assert!(!zones.is_empty(), "{r:?}"),
-            Err(why) => assert!(!why.reason.is_empty(), "{r:?}"),
+            Ok(meter) => assert!(!meter.zones().is_empty(), "{}", r.meter),
+            Err(why) => assert!(!why.reason.is_empty(), "{}", r.meter),
         }
     }
-    assert!(reports[2].outcome.is_ok());
+    // The fake meter is in the chain and opens anywhere.
+    assert!(report[0].selected.is_some());
 }

@@ -1,0 +1,314 @@
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use kepler_core::{IdlePolicy, PowerDomain, Watts};
+use kepler_exporters::{Level, MetricsLevel};
+use kepler_meters::MeterName;
+
+use super::*;
+
+fn parse(text: &str) -> Result<Loaded, ConfigError> {
+    Config::from_yaml(text, Path::new("test.yaml"))
+}
+
+fn config(text: &str) -> Config {
+    let loaded = parse(text).unwrap_or_else(|e| panic!("{text}: {e}"));
+    assert!(loaded.unknown_keys.is_empty(), "{:?}", loaded.unknown_keys);
+    loaded.config
+}
+
+/// A file's configuration that passes every check, as `load` requires.
+fn valid(text: &str) -> Config {
+    let c = config(text);
+    c.validate().unwrap_or_else(|e| panic!("{text}: {e}"));
+    c
+}
+
+fn meters(names: &[&str]) -> Vec<MeterName> {
+    names.iter().map(|n| n.parse().unwrap()).collect()
+}
+
+fn levels(list: &[Level]) -> MetricsLevel {
+    list.iter().copied().collect()
+}
+
+fn cpu_chain(c: &Config) -> Vec<String> {
+    let chains = c.meter_chains();
+    let cpu = chains
+        .iter()
+        .find(|c| c.domain == PowerDomain::Cpu)
+        .unwrap();
+    cpu.meters.iter().map(|m| m.to_string()).collect()
+}
+
+#[test]
+fn defaults_match_upstream() {
+    let c = Config::default();
+    assert_eq!(c.log.level, LogLevel::Info);
+    assert_eq!(c.log.format, LogFormat::Text);
+    assert_eq!(c.monitor.interval.0, Duration::from_secs(5));
+    assert_eq!(c.monitor.staleness.0, Duration::from_millis(500));
+    assert_eq!(c.monitor.max_terminated, 500);
+    assert_eq!(c.cpu.preferred_meters, meters(&["rapl", "hwmon"]));
+    assert_eq!(cpu_chain(&c), vec!["rapl", "hwmon", "model"]);
+    assert_eq!(c.exporter.prometheus.metrics_level, MetricsLevel::ALL);
+    assert_eq!(c.web.listen_addresses, vec![":28282"]);
+    assert_eq!(c.host.procfs, PathBuf::from("/proc"));
+    assert!(c.exporter.prometheus.enabled);
+    assert_eq!(c.kube.pod_informer.mode, PodInformerMode::Kubelet);
+    assert_eq!(c.kube.pod_informer.poll_interval.0, Duration::from_secs(15));
+    assert_eq!(c.attribution.idle_policy(), IdlePolicy::Ratio);
+    assert_eq!(c.estimator.family, EstimatorFamily::Rapl);
+    assert_eq!(c.estimator.output_type, EstimatorOutput::Auto);
+    assert_eq!(c, config(""), "an empty file is the defaults");
+}
+
+#[test]
+fn upstream_keys_parse() {
+    let c = config(
+        "log:\n  level: debug\nhost:\n  sysfs: /host/sys\nmonitor:\n  interval: 1m30s\n  maxTerminated: -1\n\
+         rapl:\n  zones: [package, dram]\nexporter:\n  prometheus:\n    metricsLevel: [node, pod]\n\
+         dev:\n  fake-cpu-meter:\n    enabled: true\n    zones: [package]\n\
+         web:\n  listenAddresses: [\"127.0.0.1:9999\"]\n",
+    );
+    assert_eq!(c.ebpf.enabled, EbpfMode::Auto);
+    assert_eq!(c.log.level, LogLevel::Debug);
+    assert_eq!(c.host.sysfs, PathBuf::from("/host/sys"));
+    assert_eq!(c.monitor.interval.0, Duration::from_secs(90));
+    assert_eq!(c.monitor.max_terminated, -1);
+    assert_eq!(c.rapl.zones, vec!["package", "dram"]);
+    assert_eq!(
+        c.exporter.prometheus.metrics_level,
+        levels(&[Level::Node, Level::Pod])
+    );
+    assert!(c.dev.fake_cpu_meter.enabled);
+    assert_eq!(cpu_chain(&c), vec!["fake"]);
+    assert_eq!(c.web.listen_addresses, vec!["127.0.0.1:9999"]);
+}
+
+/// Closed choices are read in any case, as upstream's names are.
+#[test]
+fn closed_choices_parse_in_any_case() {
+    let node_pod = levels(&[Level::Node, Level::Pod]);
+    type Check<'a> = &'a dyn Fn(&Config) -> bool;
+    let cases: &[(&str, Check)] = &[
+        ("log:\n  level: DEBUG\n", &|c| {
+            c.log.level == LogLevel::Debug
+        }),
+        ("log:\n  level: Warn\n", &|c| c.log.level == LogLevel::Warn),
+        ("log:\n  format: JSON\n", &|c| {
+            c.log.format == LogFormat::Json
+        }),
+        (
+            "attribution:\n  idlePolicy: Baseline\n  idleBaselineWatts: 20\n",
+            &|c| {
+                c.attribution.idle_policy()
+                    == IdlePolicy::Baseline {
+                        configured: Some(Watts(20.0)),
+                        low_usage_ratio: 0.1,
+                    }
+            },
+        ),
+        ("estimator:\n  family: PLATFORM\n", &|c| {
+            c.estimator.family == EstimatorFamily::Platform
+        }),
+        ("estimator:\n  outputType: dynpower\n", &|c| {
+            c.estimator.output_type == EstimatorOutput::DynPower
+        }),
+        ("estimator:\n  outputType: AbsPower\n", &|c| {
+            c.estimator.output_type == EstimatorOutput::AbsPower
+        }),
+        ("kube:\n  podInformer:\n    mode: APIServer\n", &|c| {
+            c.kube.pod_informer.mode == PodInformerMode::Apiserver
+        }),
+        (
+            "exporter:\n  prometheus:\n    metricsLevel: [node, pod]\n",
+            &|c| c.exporter.prometheus.metrics_level == node_pod,
+        ),
+        ("exporter:\n  prometheus:\n    metricsLevel: all\n", &|c| {
+            c.exporter.prometheus.metrics_level == MetricsLevel::ALL
+        }),
+        (
+            "exporter:\n  prometheus:\n    metricsLevel: node,pod\n",
+            &|c| c.exporter.prometheus.metrics_level == node_pod,
+        ),
+        (
+            "exporter:\n  prometheus:\n    metricsLevel: [NODE, Pod]\n",
+            &|c| c.exporter.prometheus.metrics_level == node_pod,
+        ),
+        ("exporter:\n  prometheus:\n    metricsLevel: []\n", &|c| {
+            c.exporter.prometheus.metrics_level.is_empty()
+        }),
+        ("cpu:\n  preferredMeters: [RAPL, Hwmon]\n", &|c| {
+            cpu_chain(c) == ["rapl", "hwmon", "model"]
+        }),
+        ("cpu:\n  preferredMeters: [hwmon, MODEL, fake]\n", &|c| {
+            cpu_chain(c) == ["hwmon", "model", "fake"]
+        }),
+        ("cpu:\n  preferredMeters: []\n", &|c| {
+            cpu_chain(c) == ["model"]
+        }),
+    ];
+    for (yaml, check) in cases {
+        let loaded = valid(yaml);
+        assert!(check(&loaded), "{yaml}: {loaded:#?}");
+    }
+}
+
+#[test]
+fn invalid_values_name_their_key_and_the_value() {
+    for (yaml, key, value) in [
+        ("log:\n  level: loud\n", "log.level", "loud"),
+        ("log:\n  format: xml\n", "log.format", "xml"),
+        ("monitor:\n  interval: fast\n", "monitor.interval", "fast"),
+        (
+            "monitor:\n  maxTerminated: lots\n",
+            "monitor.maxTerminated",
+            "lots",
+        ),
+        (
+            "attribution:\n  idlePolicy: equal\n",
+            "attribution.idlePolicy",
+            "equal",
+        ),
+        ("estimator:\n  family: gpu\n", "estimator.family", "gpu"),
+        (
+            "estimator:\n  outputType: Power\n",
+            "estimator.outputType",
+            "Power",
+        ),
+        (
+            "kube:\n  podInformer:\n    mode: watch\n",
+            "kube.podInformer.mode",
+            "watch",
+        ),
+        (
+            "exporter:\n  prometheus:\n    metricsLevel: [node, nodes]\n",
+            "exporter.prometheus.metricsLevel",
+            "nodes",
+        ),
+        (
+            "exporter:\n  prometheus:\n    metricsLevel: node,gpu\n",
+            "exporter.prometheus.metricsLevel",
+            "gpu",
+        ),
+        (
+            "cpu:\n  preferredMeters: [rapl, magic]\n",
+            "cpu.preferredMeters",
+            "magic",
+        ),
+        (
+            "cpu:\n  preferredMeters: rapl\n",
+            "cpu.preferredMeters",
+            "sequence",
+        ),
+        ("ebpf:\n  enabled: maybe\n", "ebpf.enabled", "maybe"),
+    ] {
+        let err = parse(yaml).unwrap_err().to_string();
+        assert!(err.contains(key), "{yaml}: {err} should name {key}");
+        assert!(err.contains(value), "{yaml}: {err} should show {value}");
+    }
+}
+
+#[test]
+fn ebpf_modes_parse_from_bools_and_words() {
+    for (text, mode) in [
+        ("true", EbpfMode::On),
+        ("false", EbpfMode::Off),
+        ("auto", EbpfMode::Auto),
+        ("\"false\"", EbpfMode::Off),
+    ] {
+        let c = config(&format!("ebpf:\n  enabled: {text}\n"));
+        assert_eq!(c.ebpf.enabled, mode, "{text}");
+    }
+}
+
+#[test]
+fn keys_without_an_implementation_are_reported() {
+    let c = config("kube:\n  enabled: true\nexperimental:\n  gpu:\n    enabled: true\n");
+    let keys = c.not_implemented();
+    assert_eq!(keys.len(), 2, "{keys:?}");
+    assert!(keys[0].starts_with("kube.enabled"));
+    assert!(Config::default().not_implemented().is_empty());
+}
+
+#[test]
+fn unknown_keys_are_named() {
+    let loaded = parse("monitor:\n  intervall: 5s\nbogus: 1\n").unwrap();
+    assert_eq!(loaded.unknown_keys, vec!["monitor.intervall", "bogus"]);
+}
+
+#[test]
+fn flags_override_the_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("c.yaml");
+    std::fs::write(
+        &file,
+        "monitor:\n  interval: 10s\nhost:\n  procfs: /x\nlog:\n  level: warn\n\
+         exporter:\n  prometheus:\n    metricsLevel: [pod]\n",
+    )
+    .unwrap();
+    let overrides = Overrides {
+        interval: Some(GoDuration(Duration::from_secs(2))),
+        log_level: Some(LogLevel::Trace),
+        metrics: Some(levels(&[Level::Node])),
+        ..Overrides::default()
+    };
+    let c = Config::load(Some(&file), &overrides).unwrap().config;
+    assert_eq!(c.monitor.interval.0, Duration::from_secs(2));
+    assert_eq!(c.host.procfs, PathBuf::from("/x"));
+    assert_eq!(c.log.level, LogLevel::Trace);
+    assert_eq!(c.exporter.prometheus.metrics_level, levels(&[Level::Node]));
+
+    let c = Config::load(Some(&file), &Overrides::default())
+        .unwrap()
+        .config;
+    assert_eq!(c.log.level, LogLevel::Warn);
+    assert_eq!(c.exporter.prometheus.metrics_level, levels(&[Level::Pod]));
+}
+
+#[test]
+fn out_of_range_values_are_rejected_by_key() {
+    for (yaml, key) in [
+        ("monitor:\n  interval: 0s\n", "monitor.interval"),
+        ("monitor:\n  maxTerminated: -2\n", "monitor.maxTerminated"),
+        (
+            "monitor:\n  minTerminatedEnergyThreshold: -1\n",
+            "monitor.minTerminatedEnergyThreshold",
+        ),
+        ("web:\n  listenAddresses: []\n", "web.listenAddresses"),
+        (
+            "attribution:\n  idleBaselineWatts: -5\n",
+            "attribution.idleBaselineWatts",
+        ),
+        (
+            "attribution:\n  lowUsageRatio: 2\n",
+            "attribution.lowUsageRatio",
+        ),
+        ("estimator:\n  model: \" \"\n", "estimator.model"),
+    ] {
+        let err = config(yaml).validate().unwrap_err().to_string();
+        assert!(err.contains(key), "{yaml}: {err} should name {key}");
+    }
+    let err = Config::load(
+        None,
+        &Overrides {
+            interval: Some(GoDuration(Duration::from_millis(10))),
+            ..Overrides::default()
+        },
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(err.contains("monitor.interval"), "{err}");
+}
+
+#[test]
+fn a_missing_file_is_a_clear_error() {
+    let err = Config::load(
+        Some(Path::new("/nonexistent/k.yaml")),
+        &Overrides::default(),
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(err.contains("/nonexistent/k.yaml"), "{err}");
+}
