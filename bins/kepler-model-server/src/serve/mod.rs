@@ -72,6 +72,15 @@ async fn serve(args: &ServeArgs) -> Result<()> {
     let state = Arc::new(AppState::new(args.model_dir.clone(), index));
 
     let server = kepler_http::Server::bind(&args.listen, web).await?;
+    // Installed before the address is announced: SIGHUP's default action ends the process,
+    // so a client that rescans as soon as the server is up must find the handler in place.
+    let hangups = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup()) {
+        Ok(s) => Some(s),
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot listen for SIGHUP; no rescans");
+            None
+        }
+    };
     // On stdout, one line per address, so that scripts and tests started with port 0 learn
     // where to connect.
     let scheme = if server.is_tls() { "https" } else { "http" };
@@ -82,7 +91,9 @@ async fn serve(args: &ServeArgs) -> Result<()> {
     stdout.flush().context("writing to stdout")?;
     drop(stdout);
 
-    tokio::spawn(rescan_on_sighup(state.clone()));
+    if let Some(hangups) = hangups {
+        tokio::spawn(rescan_on_sighup(state.clone(), hangups));
+    }
     server
         .serve(routes::router(state), kepler_http::shutdown_signal())
         .await?;
@@ -91,16 +102,8 @@ async fn serve(args: &ServeArgs) -> Result<()> {
 
 /// SIGHUP re-reads the model directory (new, changed and removed files); a failed rescan
 /// keeps serving the previous index.
-async fn rescan_on_sighup(state: Arc<AppState>) {
-    use tokio::signal::unix::{signal, SignalKind};
-    let mut hup = match signal(SignalKind::hangup()) {
-        Ok(s) => s,
-        Err(e) => {
-            tracing::warn!(error = %e, "cannot listen for SIGHUP; no rescans");
-            return;
-        }
-    };
-    while hup.recv().await.is_some() {
+async fn rescan_on_sighup(state: Arc<AppState>, mut hangups: tokio::signal::unix::Signal) {
+    while hangups.recv().await.is_some() {
         let s = state.clone();
         match tokio::task::spawn_blocking(move || s.rescan()).await {
             Ok(Ok(index)) => log_index(&index, "model directory rescanned"),
