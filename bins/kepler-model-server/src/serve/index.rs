@@ -117,10 +117,10 @@ impl ModelIndex {
         // Pipelines: the directories above a layout, and those holding pipeline metadata.
         let mut tables = Tables::new();
         for file in &found {
-            let Some(name) = file.rel.last() else {
+            let Some((name, parents)) = file.rel.split_last() else {
                 continue;
             };
-            let dir = file.rel[..file.rel.len() - 1].join("/");
+            let dir = parents.join("/");
             if name == "node_type_index.json" {
                 let pipeline = pipeline_at(&mut index.pipelines, &dir, &root_name);
                 match metadata::node_type_index(&file.path) {
@@ -294,19 +294,12 @@ fn pipeline_at<'a>(
 
 /// Where a file sits in the model-DB layout: (pipeline dir, source, output type, group).
 fn layout(rel: &[String]) -> Option<(String, &str, OutputType, &str)> {
-    let n = rel.len();
-    if n < 4 {
-        return None;
-    }
-    let output = OutputType::from_dir(rel.get(n - 3)?)?;
-    let source = rel.get(n - 4)?;
-    let group = rel.get(n - 2)?;
-    Some((
-        rel[..n - 4].join("/"),
-        source.as_str(),
-        output,
-        group.as_str(),
-    ))
+    let (_file, dirs) = rel.split_last()?;
+    let (group, dirs) = dirs.split_last()?;
+    let (output, dirs) = dirs.split_last()?;
+    let (source, pipeline) = dirs.split_last()?;
+    let output = OutputType::from_dir(output)?;
+    Some((pipeline.join("/"), source.as_str(), output, group.as_str()))
 }
 
 /// `SGDRegressorTrainer_12` → 12.
