@@ -22,6 +22,8 @@
 //! Legacy v0.6 files load too: `mean`/`variance` are ignored and `bpf_cpu_time_us` is read
 //! from `bpf_cpu_time_ms` unchanged (see [`features`] for why).
 //!
+//! The [`fit`] module holds the regression fitting the built-in models are trained with.
+//!
 //! Every model implements [`Predictor`]. Predictions never go below 0 W; missing, NaN or
 //! infinite inputs and non-finite results are errors, never silent zeros. The crate does no
 //! I/O beyond reading the file [`load_model`] is given.
@@ -41,6 +43,7 @@ pub mod builtin;
 mod curvefit;
 mod error;
 pub mod features;
+pub mod fit;
 mod linear;
 mod model;
 mod pickle;
