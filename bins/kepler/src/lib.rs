@@ -3,11 +3,9 @@
 //! can drive every piece.
 
 pub mod agent;
-pub mod builtin;
 pub mod cli;
 pub mod config;
 pub mod estimator;
-pub mod model_fetch;
 pub mod probe;
 pub mod sampler;
 pub mod service;

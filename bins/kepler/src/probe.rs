@@ -25,7 +25,7 @@ pub fn report(config: &Config) -> String {
         Err(e) => (
             Err(format!("{e:#}")),
             "none".to_string(),
-            vec![kepler_core::features::BPF_CPU_TIME_MS.to_string()],
+            vec![kepler_core::Feature::BpfCpuTimeMs],
         ),
     };
     line(&mut out, "ebpf", ebpf);
@@ -38,6 +38,9 @@ pub fn report(config: &Config) -> String {
         order.join(", ")
     );
     let settings = setup::meter_settings(config);
+    let host = kepler_sources::HostFacts::read(&config.host.procfs, &config.host.sysfs);
+    // Meters are opened only to be described: background work they ask for is dropped.
+    let background = kepler_core::Background::new();
     let mut names: Vec<String> = order.clone();
     for extra in kepler_meters::METER_NAMES {
         if !names.iter().any(|n| n == extra) {
@@ -46,7 +49,7 @@ pub fn report(config: &Config) -> String {
     }
     let mut selected = None;
     for name in &names {
-        let outcome = setup::open_meter(config, &settings, name, &features);
+        let outcome = setup::open_meter(config, &settings, name, &features, &host, &background);
         let detail = outcome
             .as_ref()
             .map(|meter| describe(meter.as_ref()))

@@ -3,9 +3,10 @@
 use std::sync::Arc;
 
 use anyhow::{Context, Result};
-use kepler_core::{Catalogue, PowerMeter, UsageSource};
+use kepler_core::{Background, Catalogue, Feature, PowerMeter, UsageSource};
 use kepler_exporters::BuildInfo;
 use kepler_meters::{FakeSettings, MeterSettings, ProbeReport};
+use kepler_sources::HostFacts;
 use tracing::info;
 
 use crate::config::{Config, EbpfMode};
@@ -24,12 +25,15 @@ pub fn meter_settings(config: &Config) -> MeterSettings {
 
 /// The meters of the tick: for each power domain, the first meter of its fallback chain that
 /// opens (today the CPU domain's chain is `cpu.preferredMeters`; the platform and GPU chains
-/// have no meter yet). The reports say why each one before it could not be used.
+/// have no meter yet). The reports say why each one before it could not be used. Background
+/// work the chosen meters need is left in `background`.
 pub fn select_meters(
     config: &Config,
+    host: &HostFacts,
     source: &dyn UsageSource,
+    background: &Background,
 ) -> (Vec<Box<dyn PowerMeter>>, Vec<ProbeReport>) {
-    let (cpu, reports) = select_meter(config, source);
+    let (cpu, reports) = select_meter(config, host, source, background);
     (cpu.into_iter().collect(), reports)
 }
 
@@ -37,12 +41,21 @@ pub fn select_meters(
 /// why each one before it could not be used.
 pub fn select_meter(
     config: &Config,
+    host: &HostFacts,
     source: &dyn UsageSource,
+    background: &Background,
 ) -> (Option<Box<dyn PowerMeter>>, Vec<ProbeReport>) {
     let settings = meter_settings(config);
     let mut reports = Vec::new();
     for name in config.meter_order() {
-        match open_meter(config, &settings, &name, &source.features()) {
+        match open_meter(
+            config,
+            &settings,
+            &name,
+            &source.features(),
+            host,
+            background,
+        ) {
             Ok(meter) => {
                 info!(meter = %name, zones = ?meter.zones(), "power meter selected");
                 reports.push(ProbeReport {
@@ -68,10 +81,12 @@ pub fn open_meter(
     config: &Config,
     settings: &MeterSettings,
     name: &str,
-    features: &[String],
+    features: &[Feature],
+    host: &HostFacts,
+    background: &Background,
 ) -> Result<Box<dyn PowerMeter>, kepler_core::Unavailable> {
     if name == "model" {
-        let meter = crate::estimator::open(config, features.to_vec())?;
+        let meter = crate::estimator::open(config, host, features, background)?;
         info!(
             model = meter.model_name(),
             output = meter.output().as_str(),
@@ -166,7 +181,7 @@ fn procfs_source(
 }
 
 /// `kube.nodeName`, else `NODE_NAME` (the usual downward-API variable), else the hostname.
-pub fn node_name(config: &Config) -> String {
+pub fn node_name(config: &Config, host: &HostFacts) -> String {
     if let Some(name) = config.kube.node_name.as_ref().filter(|n| !n.is_empty()) {
         return name.clone();
     }
@@ -175,11 +190,9 @@ pub fn node_name(config: &Config) -> String {
             return name;
         }
     }
-    std::fs::read_to_string("/proc/sys/kernel/hostname")
-        .map(|h| h.trim().to_string())
-        .ok()
-        .filter(|h| !h.is_empty())
-        .unwrap_or_else(|| "unknown".into())
+    host.hostname()
+        .map(str::to_string)
+        .unwrap_or_else(|_| "unknown".into())
 }
 
 pub fn build_info() -> BuildInfo {
