@@ -26,14 +26,18 @@ pub fn report(config: &Config) -> String {
         Err(e) => (
             Err(format!("{e:#}")),
             "none".to_string(),
-            vec![kepler_core::features::BPF_CPU_TIME_MS.to_string()],
+            vec![kepler_core::Feature::BpfCpuTimeMs],
         ),
     };
     line(&mut out, "ebpf", ebpf);
     let _ = writeln!(out, "  selected: {selected}");
 
     let settings = setup::meter_settings(config);
-    let estimator = |f: &[String]| setup::open_estimator(config, f);
+    let host = kepler_sources::HostFacts::read(&config.host.procfs, &config.host.sysfs);
+    // Meters are opened only to be described: background work they ask for is dropped.
+    let background = kepler_core::Background::new();
+    let estimator =
+        |f: &[kepler_core::Feature]| setup::open_estimator(config, &host, &background, f);
     let cx = OpenContext {
         settings: &settings,
         features: &features,

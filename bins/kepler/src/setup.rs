@@ -3,10 +3,11 @@
 use std::sync::Arc;
 
 use anyhow::{Context, Result};
-use kepler_core::{Catalogue, PowerMeter, Unavailable, UsageSource};
+use kepler_core::{Background, Catalogue, Feature, PowerMeter, Unavailable, UsageSource};
 use kepler_exporters::BuildInfo;
 use kepler_meters::{registry, FakeSettings, MeterSettings, OpenContext};
 pub use kepler_meters::{Attempt, Selection};
+use kepler_sources::HostFacts;
 use tracing::info;
 
 use crate::config::{Config, EbpfMode};
@@ -24,12 +25,15 @@ pub fn meter_settings(config: &Config) -> MeterSettings {
 }
 
 /// Opens the estimation meter for the registry's `model` row: the model depends on the
-/// `estimator` section and on facts about this host that only the agent reads.
+/// `estimator` section and on facts about this host that the agent reads. Background work
+/// it needs (a model refresh) is left in `background`.
 pub fn open_estimator(
     config: &Config,
-    features: &[String],
+    host: &HostFacts,
+    background: &Background,
+    features: &[Feature],
 ) -> Result<Box<dyn PowerMeter>, Unavailable> {
-    let meter = crate::estimator::open(config, features.to_vec())?;
+    let meter = crate::estimator::open(config, host, features, background)?;
     info!(
         model = meter.model_name(),
         output = meter.output().as_str(),
@@ -41,9 +45,14 @@ pub fn open_estimator(
 /// The meters of the tick: for each power domain, the first meter of its fallback chain that
 /// opens; `features` are those the usage source provides (what a model may use). The
 /// attempts say why each meter before it could not be used.
-pub fn select_meters(config: &Config, features: &[String]) -> Selection {
+pub fn select_meters(
+    config: &Config,
+    host: &HostFacts,
+    features: &[Feature],
+    background: &Background,
+) -> Selection {
     let settings = meter_settings(config);
-    let estimator = |f: &[String]| open_estimator(config, f);
+    let estimator = |f: &[Feature]| open_estimator(config, host, background, f);
     let cx = OpenContext {
         settings: &settings,
         features,
@@ -141,7 +150,7 @@ fn procfs_source(
 }
 
 /// `kube.nodeName`, else `NODE_NAME` (the usual downward-API variable), else the hostname.
-pub fn node_name(config: &Config) -> String {
+pub fn node_name(config: &Config, host: &HostFacts) -> String {
     if let Some(name) = config.kube.node_name.as_ref().filter(|n| !n.is_empty()) {
         return name.clone();
     }
@@ -150,11 +159,9 @@ pub fn node_name(config: &Config) -> String {
             return name;
         }
     }
-    std::fs::read_to_string("/proc/sys/kernel/hostname")
-        .map(|h| h.trim().to_string())
-        .ok()
-        .filter(|h| !h.is_empty())
-        .unwrap_or_else(|| "unknown".into())
+    host.hostname()
+        .map(str::to_string)
+        .unwrap_or_else(|_| "unknown".into())
 }
 
 pub fn build_info() -> BuildInfo {
@@ -189,8 +196,13 @@ mod tests {
             .config
     }
 
+    fn select(config: &Config) -> Selection {
+        let host = HostFacts::read(&config.host.procfs, &config.host.sysfs);
+        select_meters(config, &host, &[], &Background::default())
+    }
+
     fn selected(config: &Config) -> Vec<String> {
-        select_meters(config, &[])
+        select(config)
             .meters
             .iter()
             .map(|m| format!("{}/{}", m.domain(), m.name()))
@@ -207,7 +219,7 @@ mod tests {
         let upper = config(dir.path(), "cpu:\n  preferredMeters: [RAPL, Hwmon]\n");
         // No powercap tree yet: hwmon, and the attempts say why rapl was passed over.
         assert_eq!(selected(&upper), vec!["cpu/hwmon"]);
-        let attempts = select_meters(&upper, &[]).attempts;
+        let attempts = select(&upper).attempts;
         assert_eq!(attempts[0].domain, PowerDomain::Cpu);
         assert_eq!(attempts[0].meter.as_str(), "rapl");
         assert!(describe_failures(&attempts).starts_with("cpu/rapl: "));

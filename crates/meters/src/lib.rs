@@ -4,7 +4,9 @@
 //! - [`hwmon::HwmonMeter`] (`hwmon`): power and energy sensors of hwmon chips, the ACPI power
 //!   meter included;
 //! - [`fake::FakeMeter`] (`fake`): deterministic numbers for development on hosts without
-//!   power hardware.
+//!   power hardware;
+//! - [`model::ModelMeter`] (`model`): power estimated by a model, opened by
+//!   [`model::open_model_meter`] (model choice, download and refresh all live in [`model`]).
 //!
 //! Meters read from the sysfs root they are given (`host.sysfs`), so every one of them runs on
 //! fixture trees (see the `fixtures` feature). They report raw readings, one per socket or
@@ -32,7 +34,10 @@ use std::path::PathBuf;
 
 pub use fake::{Clock, FakeMeter, FakeSettings, ManualClock, MonotonicClock};
 pub use hwmon::HwmonMeter;
-pub use model::{ModelFile, ModelMeter, OutputType};
+pub use model::{
+    open_model_meter, EstimatorSettings, ModelChoice, ModelFile, ModelMeter, ModelRefresh,
+    OutputChoice, OutputType,
+};
 pub use polled::{PollTiming, PolledMeter, Poller, SlowDevice};
 pub use rapl::RaplMeter;
 pub use registry::{

@@ -8,7 +8,7 @@
 use std::fmt;
 use std::str::FromStr;
 
-use kepler_core::{PowerDomain, PowerMeter, Unavailable};
+use kepler_core::{Feature, PowerDomain, PowerMeter, Unavailable};
 use tracing::info;
 
 use crate::{FakeMeter, HwmonMeter, MeterSettings, RaplMeter};
@@ -16,13 +16,13 @@ use crate::{FakeMeter, HwmonMeter, MeterSettings, RaplMeter};
 /// Opens the estimation meter from the features the usage source provides. The agent supplies
 /// it: the model depends on the agent's configuration and on facts about the host that this
 /// crate does not read.
-pub type OpenEstimator<'a> = dyn Fn(&[String]) -> Result<Box<dyn PowerMeter>, Unavailable> + 'a;
+pub type OpenEstimator<'a> = dyn Fn(&[Feature]) -> Result<Box<dyn PowerMeter>, Unavailable> + 'a;
 
 /// What opening a meter may use.
 pub struct OpenContext<'a> {
     pub settings: &'a MeterSettings,
     /// The features the usage source provides (what an estimation model may use).
-    pub features: &'a [String],
+    pub features: &'a [Feature],
     /// How to open the `model` meter; `None` leaves it unavailable.
     pub estimator: Option<&'a OpenEstimator<'a>>,
 }

@@ -4,7 +4,7 @@
 use std::cell::RefCell;
 use std::path::{Path, PathBuf};
 
-use kepler_core::{PowerDomain, PowerMeter, Unavailable};
+use kepler_core::{Feature, PowerDomain, PowerMeter, Unavailable};
 use kepler_meters::fixtures::{HwmonTree, PowercapTree};
 use kepler_meters::registry::{chains, probe, select};
 use kepler_meters::{FakeMeter, FakeSettings, MeterName, MeterSettings, OpenContext};
@@ -82,7 +82,7 @@ fn every_row_opens_a_meter_of_its_name_and_domain() {
     with_powercap(dir.path());
     with_power_meter(dir.path());
     let settings = settings(dir.path());
-    let estimator = |_: &[String]| -> Result<Box<dyn PowerMeter>, Unavailable> {
+    let estimator = |_: &[Feature]| -> Result<Box<dyn PowerMeter>, Unavailable> {
         // Stands in for the agent's model meter: named `model` like the real one.
         Err(Unavailable::new("the test opens no model"))
     };
@@ -171,9 +171,9 @@ fn selection_takes_the_first_meter_that_opens() {
 fn the_model_is_opened_by_the_callers_estimator_with_the_sources_features() {
     let dir = tempfile::tempdir().unwrap();
     let settings = settings(dir.path());
-    let features = vec!["bpf_cpu_time_ms".to_string()];
-    let asked: RefCell<Vec<Vec<String>>> = RefCell::new(Vec::new());
-    let estimator = |f: &[String]| -> Result<Box<dyn PowerMeter>, Unavailable> {
+    let features = vec![Feature::BpfCpuTimeMs];
+    let asked: RefCell<Vec<Vec<Feature>>> = RefCell::new(Vec::new());
+    let estimator = |f: &[Feature]| -> Result<Box<dyn PowerMeter>, Unavailable> {
         asked.borrow_mut().push(f.to_vec());
         Ok(Box::new(FakeMeter::new(&FakeSettings::default())?))
     };

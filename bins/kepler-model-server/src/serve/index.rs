@@ -390,12 +390,17 @@ fn load_entry(
         trainer,
         node_type,
         kind: model.kind(),
-        features: model.features(),
-        declared_features: model.declared_features(),
+        features: names(model.features()),
+        declared_features: names(model.declared_features()),
         components,
         accuracy,
         bytes: bytes.into(),
     })
+}
+
+/// Kepler's names of the features, as requests and listings spell them.
+fn names(features: Vec<kepler_models::Feature>) -> Vec<String> {
+    features.iter().map(|f| f.as_str().to_string()).collect()
 }
 
 #[cfg(test)]

@@ -1,25 +1,11 @@
-//! `/proc/cpuinfo`, for the `kepler_node_cpu_info` metric.
+//! `/proc/cpuinfo` text: one entry per logical CPU (the `kepler_node_cpu_info` labels), and
+//! the CPU flags hypervisors set. Pure parsing; [`super::HostFacts`] reads the file.
 
-use std::path::Path;
-
-use kepler_core::{CpuInfo, ReadError};
-
-use super::read::{io_error, parse_error};
+use kepler_core::CpuInfo;
 
 /// One entry per logical CPU. Fields a platform does not print (no `physical id` in many VMs,
-/// no `vendor_id` on arm64) are empty strings.
-pub fn read_cpu_info(procfs_root: &Path) -> Result<Vec<CpuInfo>, ReadError> {
-    let path = procfs_root.join("cpuinfo");
-    let content = std::fs::read_to_string(&path).map_err(|e| io_error(&path, e))?;
-    let cpus = parse_cpu_info(&content);
-    if cpus.is_empty() {
-        return Err(parse_error(&path, "no `processor` entries"));
-    }
-    Ok(cpus)
-}
-
-/// Blocks are separated by blank lines; a block without a `processor` key (arm64 prints a
-/// trailing `Hardware` block) is not a CPU.
+/// no `vendor_id` on arm64) are empty strings. Blocks are separated by blank lines; a block
+/// without a `processor` key (arm64 prints a trailing `Hardware` block) is not a CPU.
 pub(crate) fn parse_cpu_info(content: &str) -> Vec<CpuInfo> {
     let mut cpus = Vec::new();
     let mut current: Option<CpuInfo> = None;
@@ -58,6 +44,16 @@ pub(crate) fn parse_cpu_info(content: &str) -> Vec<CpuInfo> {
     cpus
 }
 
+/// Whether any `flags` line has the `hypervisor` flag, which x86 hypervisors set for their
+/// guests (CPUID leaf 1, ECX bit 31).
+pub(crate) fn has_hypervisor_flag(content: &str) -> bool {
+    content
+        .lines()
+        .filter(|l| l.starts_with("flags"))
+        .filter_map(|l| l.split_once(':'))
+        .any(|(_, flags)| flags.split_whitespace().any(|f| f == "hypervisor"))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -88,6 +84,7 @@ mod tests {
                 },
             ]
         );
+        assert!(!has_hypervisor_flag(content));
     }
 
     #[test]
@@ -108,24 +105,13 @@ mod tests {
     }
 
     #[test]
-    fn missing_or_empty_file_is_an_error() {
-        let dir = tempfile::tempdir().unwrap();
-        assert!(matches!(
-            read_cpu_info(dir.path()),
-            Err(ReadError::Io { .. })
+    fn the_hypervisor_flag_is_a_whole_word_of_a_flags_line() {
+        assert!(has_hypervisor_flag("flags\t\t: fpu hypervisor lahf_lm\n"));
+        assert!(!has_hypervisor_flag("flags\t\t: fpu hypervisorx\n"));
+        // Another key's value is not a flag (`model name : ... hypervisor ...`).
+        assert!(!has_hypervisor_flag(
+            "model name\t: hypervisor\nflags\t: fpu\n"
         ));
-        std::fs::write(dir.path().join("cpuinfo"), "garbage\n").unwrap();
-        assert!(matches!(
-            read_cpu_info(dir.path()),
-            Err(ReadError::Parse { .. })
-        ));
-    }
-
-    #[test]
-    fn real_cpuinfo_has_one_entry_per_online_cpu() {
-        let cpus = read_cpu_info(Path::new("/proc")).unwrap();
-        let online = std::thread::available_parallelism().map_or(1, |n| n.get());
-        assert!(cpus.len() >= online, "{} < {online}", cpus.len());
-        assert!(cpus.iter().all(|c| !c.processor.is_empty()));
+        assert!(!has_hypervisor_flag(""));
     }
 }
