@@ -11,11 +11,18 @@ pub(crate) type Request = (String, String);
 /// Serves `replies` in order (status 200, the text as body); returns the base URL
 /// (`http://127.0.0.1:<port>`) and the thread, whose result is the requests.
 pub(crate) fn serve(replies: Vec<String>) -> (String, JoinHandle<Vec<Request>>) {
+    serve_with_headers(replies.into_iter().map(|r| (String::new(), r)).collect())
+}
+
+/// [`serve`] with extra header lines per reply (each ending in `\r\n`).
+pub(crate) fn serve_with_headers(
+    replies: Vec<(String, String)>,
+) -> (String, JoinHandle<Vec<Request>>) {
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
     let url = format!("http://{}", listener.local_addr().unwrap());
     let thread = std::thread::spawn(move || {
         let mut requests = Vec::new();
-        for reply in replies {
+        for (headers, reply) in replies {
             let (mut stream, _) = listener.accept().unwrap();
             let mut data = Vec::new();
             let mut buf = [0u8; 4096];
@@ -46,7 +53,7 @@ pub(crate) fn serve(replies: Vec<String>) -> (String, JoinHandle<Vec<Request>>) 
             write!(
                 stream,
                 "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\
-                 Connection: close\r\n\r\n{reply}",
+                 {headers}Connection: close\r\n\r\n{reply}",
                 reply.len()
             )
             .unwrap();

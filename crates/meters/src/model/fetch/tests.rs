@@ -24,7 +24,7 @@ fn health() -> Arc<ComponentHealth> {
 #[test]
 fn cache_files_are_named_safely() {
     let dir = Path::new("/cache");
-    let file = |url: &str| Remote::File { url: url.into() }.cache_path(dir);
+    let file = |url: &str| Remote::File { url: url.into() }.cache_path(dir, None);
     assert_eq!(
         file("https://h/m/SGDRegressorTrainer_0.json?x=1"),
         dir.join("SGDRegressorTrainer_0.json")
@@ -36,14 +36,57 @@ fn cache_files_are_named_safely() {
         url: "http://s".into(),
         request: serde_json::json!({ "trainer_name": trainer }),
     };
+    let served = |name: &str| server("").cache_path(dir, Some(name));
     assert_eq!(
-        server("../Logistic").cache_path(dir),
-        dir.join("Logistic_server.json")
+        served("ec2-0.7.11/rapl-sysfs/AbsPower/BPFOnly/LogarithmicRegressionTrainer_0.json"),
+        dir.join("server/LogarithmicRegressionTrainer_0.json")
     );
+    assert_eq!(served("../../etc/passwd"), dir.join("server/passwd"));
+    assert_eq!(served(".."), dir.join("server/model"));
     assert_eq!(
-        server("").cache_path(dir),
-        dir.join("modelserver_server.json")
+        server("").cache_path(dir, None),
+        dir.join("server/model.json")
     );
+}
+
+/// A model server's curve fit is cached under the name the server gives it, so its trainer
+/// is known when the file is loaded (a 3-value curve is logarithmic or exponential only by
+/// name); a later answer naming another file is refused rather than loaded as the old one.
+#[test]
+fn a_served_model_keeps_its_name_and_a_switch_is_refused() {
+    let curve = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../data/kepler-model-db/models/v0.7/ec2-0.7.11/rapl-sysfs/AbsPower/BPFOnly/LogarithmicRegressionTrainer_0.json"
+    ))
+    .unwrap();
+    let header = |name: &str| format!("X-Kepler-Model: ec2/rapl-sysfs/AbsPower/BPFOnly/{name}\r\n");
+    let (url, server) = crate::model::test_server::serve_with_headers(vec![
+        (header("LogarithmicRegressionTrainer_0.json"), curve.clone()),
+        (header("ExponentialRegressionTrainer_0.json"), curve.clone()),
+    ]);
+    let dir = tempfile::tempdir().unwrap();
+    let remote = Remote::Server {
+        url,
+        request: serde_json::json!({ "trainer_name": "" }),
+    };
+    let (path, refresh) = prepare(remote, dir.path(), Duration::from_secs(60)).unwrap();
+    assert_eq!(
+        path,
+        dir.path()
+            .join("server/LogarithmicRegressionTrainer_0.json")
+    );
+    let model = kepler_models::load_model(&path, None).unwrap();
+    assert_eq!(model.name(), Some("LogarithmicRegressionTrainer_0"));
+    let health = health();
+    let err = refresh.refresh_once(&health).unwrap_err();
+    assert!(matches!(err, FetchError::Switched { .. }), "{err}");
+    assert!(
+        err.to_string()
+            .contains("ExponentialRegressionTrainer_0.json"),
+        "{err}"
+    );
+    assert!(!health.is_up());
+    server.join().unwrap();
 }
 
 #[test]
@@ -53,7 +96,7 @@ fn the_cache_is_replaced_only_by_a_usable_changed_model() {
     let remote = Remote::File {
         url: format!("{url}/m/SGDRegressorTrainer_0.json"),
     };
-    let path = remote.cache_path(dir.path());
+    let path = remote.cache_path(dir.path(), None);
     let timeout = Duration::from_secs(10);
     assert!(refresh(&remote, &path, timeout).unwrap(), "first download");
     assert!(!refresh(&remote, &path, timeout).unwrap(), "same bytes");
@@ -72,7 +115,7 @@ fn a_failing_refresh_shows_in_the_health_handle_until_one_succeeds() {
     let remote = Remote::File {
         url: format!("{url}/SGDRegressorTrainer_0.json"),
     };
-    let path = remote.cache_path(dir.path());
+    let path = remote.cache_path(dir.path(), None);
     let refresh = ModelRefresh::new(
         remote,
         path,
@@ -91,7 +134,7 @@ fn a_failing_refresh_shows_in_the_health_handle_until_one_succeeds() {
     // Nothing listening: down again, each failure counted.
     let dir = tempfile::tempdir().unwrap();
     let remote = Remote::File { url: closed_url() };
-    let path = remote.cache_path(dir.path());
+    let path = remote.cache_path(dir.path(), None);
     let refresh = ModelRefresh::new(
         remote,
         path,
@@ -110,7 +153,7 @@ fn a_failing_refresh_shows_in_the_health_handle_until_one_succeeds() {
 fn the_refresh_task_stops_at_once_on_the_stop_signal() {
     let dir = tempfile::tempdir().unwrap();
     let remote = Remote::File { url: closed_url() };
-    let path = remote.cache_path(dir.path());
+    let path = remote.cache_path(dir.path(), None);
     // An hour between refreshes: the thread only ends early because the stop wakes it.
     let task = ModelRefresh::new(
         remote,
@@ -141,9 +184,9 @@ fn start_up_falls_back_to_the_cache_and_reports_the_model_stale() {
     let err = prepare(remote.clone(), dir.path(), Duration::from_secs(60)).unwrap_err();
     assert!(matches!(err, FetchError::Request { .. }), "{err}");
 
-    std::fs::write(remote.cache_path(dir.path()), LINEAR).unwrap();
+    std::fs::write(remote.cache_path(dir.path(), None), LINEAR).unwrap();
     let (path, refresh) = prepare(remote.clone(), dir.path(), Duration::from_secs(60)).unwrap();
-    assert_eq!(path, remote.cache_path(dir.path()));
+    assert_eq!(path, remote.cache_path(dir.path(), None));
     assert_eq!(refresh.path(), path);
     let health = health();
     let stop = StopSignal::new();
