@@ -41,7 +41,10 @@ fn metrics(port: u16) -> Option<String> {
 #[test]
 fn an_agent_without_meters_estimates_with_the_model_the_server_chose() {
     let db = tempfile::tempdir().unwrap();
-    support::copy_tree(&support::pipeline("ec2-0.7.11"), &db.path().join("ec2-0.7.11"));
+    support::copy_tree(
+        &support::pipeline("ec2-0.7.11"),
+        &db.path().join("ec2-0.7.11"),
+    );
     let server = support::serve(db.path(), &[]);
 
     let work = tempfile::tempdir().unwrap();
@@ -90,7 +93,11 @@ fn an_agent_without_meters_estimates_with_the_model_the_server_chose() {
         .filter(|l| l.starts_with("kepler_node_cpu_zone_info{zone=\"package\""))
         .collect();
     assert_eq!(info.len(), 1, "{text}");
-    assert!(info[0].contains("meter=\"model\",source=\"estimated\""), "{}", info[0]);
+    assert!(
+        info[0].contains("meter=\"model\",source=\"estimated\""),
+        "{}",
+        info[0]
+    );
     let model = info[0]
         .split("model=\"")
         .nth(1)
@@ -111,6 +118,9 @@ fn an_agent_without_meters_estimates_with_the_model_the_server_chose() {
         .filter_map(|m| m["name"].as_str())
         .collect();
     assert!(served.contains(&model), "{model} not among {served:?}");
-    let cached = work.path().join("cache/server").join(format!("{model}.json"));
+    let cached = work
+        .path()
+        .join("cache/server")
+        .join(format!("{model}.json"));
     assert!(cached.exists(), "{} missing", cached.display());
 }
