@@ -14,12 +14,15 @@ use crate::config::{Config, EbpfMode};
 pub fn meter_settings(config: &Config) -> MeterSettings {
     MeterSettings {
         sysfs: config.host.sysfs.clone(),
+        procfs: config.host.procfs.clone(),
+        interval: config.monitor.interval.0,
         rapl_zones: config.rapl.zones.clone(),
         hwmon_zones: config.experimental.hwmon.zones.clone(),
         fake: FakeSettings {
             zones: config.dev.fake_cpu_meter.zones.clone(),
             ..FakeSettings::default()
         },
+        msr: config.msr.clone(),
     }
 }
 

@@ -13,4 +13,7 @@
 
 pub mod procfs;
 
-pub use procfs::{probe, read_cpu_info, ProcessDescription, ProcfsReader, ProcfsSource};
+pub use procfs::{
+    parse_cpu_model, probe, read_cpu_info, read_cpu_model, CpuModel, ProcessDescription,
+    ProcfsReader, ProcfsSource,
+};

@@ -21,7 +21,7 @@ use kepler_core::{
     UsageSource,
 };
 
-pub use cpuinfo::read_cpu_info;
+pub use cpuinfo::{parse_cpu_model, read_cpu_info, read_cpu_model, CpuModel};
 pub use reader::{ProcessDescription, ProcfsReader};
 
 use parse::{PidStat, PF_KTHREAD};
