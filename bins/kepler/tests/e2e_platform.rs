@@ -30,7 +30,10 @@ fn rapl_and_the_acpi_power_meter_are_both_exported() {
         .add_linked_chip(
             Some("power_meter"),
             &[
-                ("power1_average", &format!("{}\n", (PLATFORM_W * 1e6) as u64)),
+                (
+                    "power1_average",
+                    &format!("{}\n", (PLATFORM_W * 1e6) as u64),
+                ),
                 ("power1_average_interval", "1000\n"),
             ],
         )
