@@ -36,6 +36,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use kepler_core::{MeterInput, PowerMeter, ReadError, Unavailable, ZoneReading, ZoneSample};
+use kepler_sources::CpuModel;
 use serde::Deserialize;
 use tracing::{debug, warn};
 
@@ -111,28 +112,9 @@ impl MsrMeter {
             root: &config.root,
             files: Vec::new(),
             by_cpu: HashMap::new(),
+            missing: Vec::new(),
         };
-
-        // Package units first: the unit register is read on each.
-        let packages = group(&places, |p| match set.vendor {
-            Vendor::Intel => (p.package, p.die, 0),
-            Vendor::Amd => (p.package, 0, 0),
-        });
-        let mut units: BTreeMap<(i64, i64, i64), (usize, EnergyUnit)> = BTreeMap::new();
-        let mut missing = Vec::new();
-        for (key, cpus) in &packages {
-            let Some(file) = opener.first_readable(cpus, &mut missing)? else {
-                continue;
-            };
-            let unit = read_unit(&opener.files[file], set.unit, &cpu)?;
-            units.insert(*key, (file, unit));
-        }
-        if units.is_empty() {
-            return Err(Unavailable::new(format!(
-                "no MSR device to read: {}",
-                missing.join("; ")
-            )));
-        }
+        let units = opener.package_units(&places, &set, &cpu)?;
 
         let wanted: Vec<String> = settings
             .rapl_zones
@@ -146,39 +128,8 @@ impl MsrMeter {
                 debug!(zone = register.zone, "MSR zone left out by rapl.zones");
                 continue;
             }
-            let unit_of = |(file, unit): (usize, EnergyUnit)| {
-                let unit = match register.zone {
-                    "dram" => set.dram_unit.unwrap_or(unit),
-                    _ => unit,
-                };
-                (file, unit)
-            };
-            let sites: Vec<(usize, EnergyUnit)> = match register.scope {
-                Scope::Package => units.values().copied().map(unit_of).collect(),
-                Scope::Machine => units.values().copied().map(unit_of).take(1).collect(),
-                Scope::Core => {
-                    let cores = group(&places, |p| (p.package, 0, p.core));
-                    let mut sites = Vec::new();
-                    for ((package, _, _), cpus) in &cores {
-                        let Some((_, unit)) = units.get(&(*package, 0, 0)) else {
-                            continue;
-                        };
-                        // Every SMT sibling reads the core's counter; the last one leaves the
-                        // package's first CPU to the package registers. AMD's unit, core and
-                        // package registers sit at consecutive offsets, so in a fixture file
-                        // their 8-byte windows overlap; on separate devices they do not.
-                        let siblings: Vec<u32> = cpus.iter().rev().copied().collect();
-                        if let Some(file) = opener.first_readable(&siblings, &mut missing)? {
-                            sites.push((file, *unit));
-                        }
-                    }
-                    sites
-                }
-            };
-            for (file, unit) in sites {
-                if let Some(counter) = probe_counter(&opener.files, file, register, unit) {
-                    counters.push(counter);
-                }
+            for (file, unit) in opener.sites(register, &set, &units, &places)? {
+                counters.extend(probe_counter(&opener.files, file, register, unit));
             }
         }
         let root = config.root.display();
@@ -190,10 +141,26 @@ impl MsrMeter {
             }));
         }
         check_interval(&counters, settings.interval)?;
-        Ok(MsrMeter {
-            files: opener.files,
+        Ok(MsrMeter::keeping_used_files(opener.files, counters))
+    }
+
+    /// Closes the devices no counter reads (CPUs whose registers all turned out absent).
+    fn keeping_used_files(files: Vec<MsrFile>, mut counters: Vec<Counter>) -> MsrMeter {
+        let mut kept = Vec::new();
+        let mut new_index: HashMap<usize, usize> = HashMap::new();
+        for (i, file) in files.into_iter().enumerate() {
+            if counters.iter().any(|c| c.file == i) {
+                new_index.insert(i, kept.len());
+                kept.push(file);
+            }
+        }
+        for c in &mut counters {
+            c.file = new_index.get(&c.file).copied().unwrap_or(c.file);
+        }
+        MsrMeter {
+            files: kept,
             counters,
-        })
+        }
     }
 }
 
@@ -240,17 +207,84 @@ struct Opener<'a> {
     root: &'a Path,
     files: Vec<MsrFile>,
     by_cpu: HashMap<u32, usize>,
+    /// Why CPUs had no device, for the message when no package has one.
+    missing: Vec<String>,
 }
 
+/// Per package (per die on Intel): the device that reads its registers and its energy unit.
+type Units = BTreeMap<(i64, i64, i64), (usize, EnergyUnit)>;
+
 impl Opener<'_> {
-    /// The first of `cpus` whose device opens, as an index into `files`. A missing device is
-    /// noted in `missing` and the next CPU tried; permission denied ends the open, since every
-    /// device has the same mode and only the user can change it.
-    fn first_readable(
+    /// Opens one device per package and reads its unit register.
+    fn package_units(
         &mut self,
-        cpus: &[u32],
-        missing: &mut Vec<String>,
-    ) -> Result<Option<usize>, Unavailable> {
+        places: &[CpuPlace],
+        set: &RegisterSet,
+        cpu: &CpuModel,
+    ) -> Result<Units, Unavailable> {
+        let packages = group(places, |p| match set.vendor {
+            Vendor::Intel => (p.package, p.die, 0),
+            Vendor::Amd => (p.package, 0, 0),
+        });
+        let mut units = Units::new();
+        for (key, cpus) in &packages {
+            let Some(file) = self.first_readable(cpus)? else {
+                continue;
+            };
+            let device = self
+                .files
+                .get(file)
+                .ok_or_else(|| Unavailable::new("MSR device table out of step"))?;
+            units.insert(*key, (file, read_unit(device, set.unit, cpu)?));
+        }
+        if units.is_empty() {
+            return Err(Unavailable::new(format!(
+                "no MSR device to read: {}",
+                self.missing.join("; ")
+            )));
+        }
+        Ok(units)
+    }
+
+    /// Where `register` is read: (device, energy unit) for each package, core or the machine.
+    fn sites(
+        &mut self,
+        register: &Register,
+        set: &RegisterSet,
+        units: &Units,
+        places: &[CpuPlace],
+    ) -> Result<Vec<(usize, EnergyUnit)>, Unavailable> {
+        let unit_of = |(file, unit): (usize, EnergyUnit)| match (register.zone, set.dram_unit) {
+            ("dram", Some(dram)) => (file, dram),
+            _ => (file, unit),
+        };
+        Ok(match register.scope {
+            Scope::Package => units.values().copied().map(unit_of).collect(),
+            Scope::Machine => units.values().copied().map(unit_of).take(1).collect(),
+            Scope::Core => {
+                let mut sites = Vec::new();
+                for ((package, _, _), cpus) in &group(places, |p| (p.package, 0, p.core)) {
+                    let Some((_, unit)) = units.get(&(*package, 0, 0)) else {
+                        continue;
+                    };
+                    // Every SMT sibling reads the core's counter; the last one leaves the
+                    // package's first CPU to the package registers. AMD's unit, core and
+                    // package registers sit at consecutive offsets, so in a fixture file their
+                    // 8-byte windows overlap; on separate devices they do not.
+                    let siblings: Vec<u32> = cpus.iter().rev().copied().collect();
+                    if let Some(file) = self.first_readable(&siblings)? {
+                        sites.push((file, *unit));
+                    }
+                }
+                sites
+            }
+        })
+    }
+
+    /// The first of `cpus` whose device opens, as an index into `files`. A missing device is
+    /// noted and the next CPU tried; permission denied ends the open, since every device has
+    /// the same mode and only the user can change it.
+    fn first_readable(&mut self, cpus: &[u32]) -> Result<Option<usize>, Unavailable> {
         for &cpu in cpus {
             if let Some(&i) = self.by_cpu.get(&cpu) {
                 return Ok(Some(i));
@@ -270,12 +304,14 @@ impl Opener<'_> {
                     )));
                 }
                 Err(e) if e.kind() == io::ErrorKind::NotFound => {
-                    missing.push(format!(
+                    self.missing.push(format!(
                         "{} not found (load the msr module: modprobe msr)",
                         path.display()
                     ));
                 }
-                Err(e) => missing.push(format!("opening {}: {e}", path.display())),
+                Err(e) => self
+                    .missing
+                    .push(format!("opening {}: {e}", path.display())),
             }
         }
         Ok(None)
@@ -291,11 +327,7 @@ fn group(places: &[CpuPlace], key: impl Fn(&CpuPlace) -> (i64, i64, i64)) -> Gro
     groups
 }
 
-fn read_unit(
-    f: &MsrFile,
-    register: u64,
-    cpu: &kepler_sources::CpuModel,
-) -> Result<EnergyUnit, Unavailable> {
+fn read_unit(f: &MsrFile, register: u64, cpu: &CpuModel) -> Result<EnergyUnit, Unavailable> {
     let value = read_register(&f.file, register).map_err(|e| {
         Unavailable::new(format!(
             "cannot read the RAPL unit register {register:#X} of {}: {e} ({} does not implement it?)",

@@ -11,7 +11,7 @@ use kepler_core::{
 use kepler_meters::fixtures::{MsrTree, PowercapTree};
 use kepler_meters::msr::{
     rapl_hint, AMD_CORE_ENERGY, AMD_PKG_ENERGY, AMD_POWER_UNIT, INTEL_DRAM_ENERGY,
-    INTEL_PKG_ENERGY, INTEL_POWER_UNIT, INTEL_PP0_ENERGY,
+    INTEL_PKG_ENERGY, INTEL_POWER_UNIT, INTEL_PP0_ENERGY, INTEL_PSYS_ENERGY,
 };
 use kepler_meters::{MeterName, MeterSettings, MsrConfig, MsrMeter, OpenContext};
 
@@ -367,6 +367,21 @@ fn the_first_cpu_with_a_device_reads_the_package() {
     std::fs::remove_file(host.tree.msr_file(0)).unwrap();
     let mut meter = host.open().unwrap();
     assert_eq!(&*read(&mut meter)[0].path, "msr:1:package");
+}
+
+#[test]
+fn psys_is_read_once_for_the_machine() {
+    let host = intel_two_sockets();
+    for cpu in [0, 2] {
+        host.tree.write(cpu, INTEL_PSYS_ENERGY, 16_384).unwrap();
+    }
+    let mut meter = host.open().unwrap();
+    let psys: Vec<String> = read(&mut meter)
+        .iter()
+        .filter(|r| &*r.zone == "psys")
+        .map(|r| r.path.to_string())
+        .collect();
+    assert_eq!(psys, vec!["msr:0:psys"]);
 }
 
 #[test]
