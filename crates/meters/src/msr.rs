@@ -24,28 +24,29 @@
 //! tick sees at most one wrap even when one tick is late. With the default 5 s interval that
 //! leaves a margin of 13× (AMD) to 52× (Intel).
 
+mod devices;
+mod hint;
 mod registers;
 mod topology;
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::fs::File;
-use std::io;
-use std::os::unix::fs::FileExt;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
 use kepler_core::{MeterInput, PowerMeter, ReadError, Unavailable, ZoneReading, ZoneSample};
-use kepler_sources::CpuModel;
 use serde::Deserialize;
-use tracing::{debug, warn};
+use tracing::debug;
 
-use registers::{EnergyUnit, Register, RegisterSet, Scope, Vendor};
+use devices::{low_32, probe_counter, read_register, register_path, Opener};
+pub use hint::rapl_hint;
+use registers::{EnergyUnit, RegisterSet};
 pub use registers::{
     AMD_CORE_ENERGY, AMD_PKG_ENERGY, AMD_POWER_UNIT, INTEL_DRAM_ENERGY, INTEL_PKG_ENERGY,
     INTEL_POWER_UNIT, INTEL_PP0_ENERGY, INTEL_PP1_ENERGY, INTEL_PSYS_ENERGY, PLAUSIBLE_MAX_WATTS,
 };
-use topology::{read_topology, CpuPlace};
+use topology::read_topology;
 
 use crate::MeterSettings;
 
@@ -92,9 +93,6 @@ struct Counter {
     unit: EnergyUnit,
 }
 
-/// CPUs that share one counter, by (package, die, core) with the parts the scope ignores 0.
-type Groups = BTreeMap<(i64, i64, i64), Vec<u32>>;
-
 impl MsrMeter {
     /// Opens the meter as `settings.msr` asks, or says why it cannot be used here.
     pub fn open(settings: &MeterSettings) -> Result<Self, Unavailable> {
@@ -108,12 +106,7 @@ impl MsrMeter {
             .map_err(|e| Unavailable::new(format!("cannot tell the CPU model: {e}")))?;
         let set = RegisterSet::of(&cpu).map_err(Unavailable::new)?;
         let places = read_topology(&settings.sysfs)?;
-        let mut opener = Opener {
-            root: &config.root,
-            files: Vec::new(),
-            by_cpu: HashMap::new(),
-            missing: Vec::new(),
-        };
+        let mut opener = Opener::new(&config.root);
         let units = opener.package_units(&places, &set, &cpu)?;
 
         let wanted: Vec<String> = settings
@@ -129,7 +122,7 @@ impl MsrMeter {
                 continue;
             }
             for (file, unit) in opener.sites(register, &set, &units, &places)? {
-                counters.extend(probe_counter(&opener.files, file, register, unit));
+                counters.extend(probe_counter(opener.files(), file, register, unit));
             }
         }
         let root = config.root.display();
@@ -141,7 +134,7 @@ impl MsrMeter {
             }));
         }
         check_interval(&counters, settings.interval)?;
-        Ok(MsrMeter::keeping_used_files(opener.files, counters))
+        Ok(MsrMeter::keeping_used_files(opener.into_files(), counters))
     }
 
     /// Closes the devices no counter reads (CPUs whose registers all turned out absent).
@@ -201,200 +194,6 @@ impl PowerMeter for MsrMeter {
     }
 }
 
-/// Opens MSR devices once each; the handles stay open so that each tick is one pread per
-/// counter (the driver checks permissions at open).
-struct Opener<'a> {
-    root: &'a Path,
-    files: Vec<MsrFile>,
-    by_cpu: HashMap<u32, usize>,
-    /// Why CPUs had no device, for the message when no package has one.
-    missing: Vec<String>,
-}
-
-/// Per package (per die on Intel): the device that reads its registers and its energy unit.
-type Units = BTreeMap<(i64, i64, i64), (usize, EnergyUnit)>;
-
-impl Opener<'_> {
-    /// Opens one device per package and reads its unit register.
-    fn package_units(
-        &mut self,
-        places: &[CpuPlace],
-        set: &RegisterSet,
-        cpu: &CpuModel,
-    ) -> Result<Units, Unavailable> {
-        let packages = group(places, |p| match set.vendor {
-            Vendor::Intel => (p.package, p.die, 0),
-            Vendor::Amd => (p.package, 0, 0),
-        });
-        let mut units = Units::new();
-        for (key, cpus) in &packages {
-            let Some(file) = self.first_readable(cpus)? else {
-                continue;
-            };
-            let device = self
-                .files
-                .get(file)
-                .ok_or_else(|| Unavailable::new("MSR device table out of step"))?;
-            units.insert(*key, (file, read_unit(device, set.unit, cpu)?));
-        }
-        if units.is_empty() {
-            return Err(Unavailable::new(format!(
-                "no MSR device to read: {}",
-                self.missing.join("; ")
-            )));
-        }
-        Ok(units)
-    }
-
-    /// Where `register` is read: (device, energy unit) for each package, core or the machine.
-    fn sites(
-        &mut self,
-        register: &Register,
-        set: &RegisterSet,
-        units: &Units,
-        places: &[CpuPlace],
-    ) -> Result<Vec<(usize, EnergyUnit)>, Unavailable> {
-        let unit_of = |(file, unit): (usize, EnergyUnit)| match (register.zone, set.dram_unit) {
-            ("dram", Some(dram)) => (file, dram),
-            _ => (file, unit),
-        };
-        Ok(match register.scope {
-            Scope::Package => units.values().copied().map(unit_of).collect(),
-            Scope::Machine => units.values().copied().map(unit_of).take(1).collect(),
-            Scope::Core => {
-                let mut sites = Vec::new();
-                for ((package, _, _), cpus) in &group(places, |p| (p.package, 0, p.core)) {
-                    let Some((_, unit)) = units.get(&(*package, 0, 0)) else {
-                        continue;
-                    };
-                    // Every SMT sibling reads the core's counter; the last one leaves the
-                    // package's first CPU to the package registers. AMD's unit, core and
-                    // package registers sit at consecutive offsets, so in a fixture file their
-                    // 8-byte windows overlap; on separate devices they do not.
-                    let siblings: Vec<u32> = cpus.iter().rev().copied().collect();
-                    if let Some(file) = self.first_readable(&siblings)? {
-                        sites.push((file, *unit));
-                    }
-                }
-                sites
-            }
-        })
-    }
-
-    /// The first of `cpus` whose device opens, as an index into `files`. A missing device is
-    /// noted and the next CPU tried; permission denied ends the open, since every device has
-    /// the same mode and only the user can change it.
-    fn first_readable(&mut self, cpus: &[u32]) -> Result<Option<usize>, Unavailable> {
-        for &cpu in cpus {
-            if let Some(&i) = self.by_cpu.get(&cpu) {
-                return Ok(Some(i));
-            }
-            let path = self.root.join(cpu.to_string()).join("msr");
-            match File::open(&path) {
-                Ok(file) => {
-                    self.files.push(MsrFile { path, file });
-                    let i = self.files.len() - 1;
-                    self.by_cpu.insert(cpu, i);
-                    return Ok(Some(i));
-                }
-                Err(e) if e.kind() == io::ErrorKind::PermissionDenied => {
-                    return Err(Unavailable::new(format!(
-                        "permission denied opening {}: the msr meter needs root, or CAP_SYS_RAWIO and read access to /dev/cpu/*/msr",
-                        path.display()
-                    )));
-                }
-                Err(e) if e.kind() == io::ErrorKind::NotFound => {
-                    self.missing.push(format!(
-                        "{} not found (load the msr module: modprobe msr)",
-                        path.display()
-                    ));
-                }
-                Err(e) => self
-                    .missing
-                    .push(format!("opening {}: {e}", path.display())),
-            }
-        }
-        Ok(None)
-    }
-}
-
-/// CPUs grouped by `key`, each group in CPU order.
-fn group(places: &[CpuPlace], key: impl Fn(&CpuPlace) -> (i64, i64, i64)) -> Groups {
-    let mut groups = Groups::new();
-    for p in places {
-        groups.entry(key(p)).or_default().push(p.cpu);
-    }
-    groups
-}
-
-fn read_unit(f: &MsrFile, register: u64, cpu: &CpuModel) -> Result<EnergyUnit, Unavailable> {
-    let value = read_register(&f.file, register).map_err(|e| {
-        Unavailable::new(format!(
-            "cannot read the RAPL unit register {register:#X} of {}: {e} ({} does not implement it?)",
-            f.path.display(),
-            registers::describe(cpu)
-        ))
-    })?;
-    EnergyUnit::from_unit_register(value).ok_or_else(|| {
-        Unavailable::new(format!(
-            "the RAPL unit register {register:#X} of {} reads 0: not implemented by this CPU ({})",
-            f.path.display(),
-            registers::describe(cpu)
-        ))
-    })
-}
-
-/// The counter of `register` on the CPU of `files[file]`, or `None` when the CPU lacks it.
-fn probe_counter(
-    files: &[MsrFile],
-    file: usize,
-    register: &Register,
-    unit: EnergyUnit,
-) -> Option<Counter> {
-    let f = files.get(file)?;
-    let cpu = f
-        .path
-        .parent()
-        .and_then(Path::file_name)
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_default();
-    match read_register(&f.file, register.offset) {
-        // Implemented counters count from power-on; an unimplemented one may read 0.
-        Ok(value) if low_32(value) == 0 => {
-            debug!(
-                cpu,
-                zone = register.zone,
-                "RAPL register reads 0; zone left out"
-            );
-            None
-        }
-        Ok(_) => Some(Counter {
-            zone: register.zone.into(),
-            path: format!("msr:{cpu}:{}", register.zone).into(),
-            file,
-            offset: register.offset,
-            unit,
-        }),
-        Err(e) => {
-            let path = register_path(&f.path, register.offset);
-            // EIO is how the driver reports a register the CPU does not have.
-            if e.raw_os_error() == Some(EIO) || e.kind() == io::ErrorKind::UnexpectedEof {
-                debug!(
-                    path,
-                    zone = register.zone,
-                    "RAPL register absent; zone left out"
-                );
-            } else {
-                warn!(path, zone = register.zone, error = %e, "RAPL register unreadable; zone left out");
-            }
-            None
-        }
-    }
-}
-
-/// EIO's number on Linux (every architecture), without a libc dependency for one constant.
-const EIO: i32 = 5;
-
 /// Refuses an interval in which the fastest counter could wrap more than once.
 fn check_interval(counters: &[Counter], interval: Duration) -> Result<(), Unavailable> {
     let Some(fastest) = counters
@@ -414,59 +213,6 @@ fn check_interval(counters: &[Counter], interval: Duration) -> Result<(), Unavai
         )));
     }
     Ok(())
-}
-
-fn read_register(file: &File, offset: u64) -> io::Result<u64> {
-    let mut bytes = [0u8; 8];
-    file.read_exact_at(&mut bytes, offset)?;
-    Ok(u64::from_le_bytes(bytes))
-}
-
-/// The energy counters are the low 32 bits; the high bits are reserved.
-fn low_32(value: u64) -> u32 {
-    (value & 0xFFFF_FFFF) as u32
-}
-
-fn register_path(file: &Path, offset: u64) -> String {
-    format!("{}@{offset:#X}", file.display())
-}
-
-/// Advice for `kepler probe` when powercap shows no RAPL zone: whether this CPU has RAPL by
-/// cpuinfo, and what would make the msr meter read it. `None` when there is nothing to advise
-/// (powercap has zones, the CPU has no RAPL, or the msr meter is already enabled).
-pub fn rapl_hint(settings: &MeterSettings) -> Option<String> {
-    if settings.msr.enabled || powercap_has_rapl(&settings.sysfs) {
-        return None;
-    }
-    let cpu = kepler_sources::read_cpu_model(&settings.procfs).ok()?;
-    if !registers::has_rapl(&cpu) {
-        return None;
-    }
-    let what = registers::describe(&cpu);
-    let root = settings.msr.root.display();
-    Some(if msr_devices_exist(&settings.msr.root) {
-        format!("cpuinfo says this CPU ({what}) has RAPL: set `msr.enabled: true` to read it from {root}/*/msr")
-    } else {
-        format!("cpuinfo says this CPU ({what}) has RAPL: load the msr module (`modprobe msr`, for {root}/*/msr) and set `msr.enabled: true` to read it")
-    })
-}
-
-fn powercap_has_rapl(sysfs: &Path) -> bool {
-    let Ok(entries) = std::fs::read_dir(sysfs.join("class").join("powercap")) else {
-        return false;
-    };
-    entries.flatten().any(|e| {
-        e.file_name()
-            .to_str()
-            .is_some_and(|n| n.starts_with("intel-rapl:") || n.starts_with("intel-rapl-mmio:"))
-    })
-}
-
-fn msr_devices_exist(root: &Path) -> bool {
-    let Ok(entries) = std::fs::read_dir(root) else {
-        return false;
-    };
-    entries.flatten().any(|e| e.path().join("msr").exists())
 }
 
 #[cfg(test)]
