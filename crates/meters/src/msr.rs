@@ -9,10 +9,10 @@
 //! DRAM once per package (per die on multi-die parts) on the package's first online CPU, and
 //! psys once; AMD (family 17h and later, and Hygon) reads the package once per package and the
 //! core counter once per physical core (on its last SMT sibling), each its own reading of zone
-//! `core`, summed over cores and packages by core (`zone_energies`) like sockets are: each
-//! core counter then wraps on its own and is unwrapped on its own. Zones are named like powercap's; paths are
-//! `msr:<cpu>:<zone>`. A register that fails to read (EIO: the CPU lacks it) or reads 0 at open
-//! is left out.
+//! `core`, summed over cores and packages by core (`zone_energies`) like sockets are, so each
+//! core counter wraps and is unwrapped on its own. Zones are named like powercap's; paths are
+//! `msr:<cpu>:<zone>`. A register that fails to read (EIO: the CPU lacks it) or reads 0 at
+//! open is left out.
 //!
 //! Counters are 32 bits wide and wrap. Readings carry the wrap point in µJ (2^32 counts ×
 //! the unit), so core's wrap logic counts one wrap per interval. How fast they wrap: Intel's
