@@ -23,8 +23,10 @@ pub(super) struct Opener<'a> {
     root: &'a Path,
     files: Vec<MsrFile>,
     by_cpu: HashMap<u32, usize>,
-    /// Why CPUs had no device, for the message when no package has one.
-    missing: Vec<String>,
+    /// CPUs without a device file, and devices that failed to open otherwise: for the message
+    /// when no package has a device.
+    not_found: Vec<String>,
+    failed: Vec<String>,
 }
 
 /// Per package (per die on Intel): the device that reads its registers and its energy unit.
@@ -36,7 +38,8 @@ impl<'a> Opener<'a> {
             root,
             files: Vec::new(),
             by_cpu: HashMap::new(),
-            missing: Vec::new(),
+            not_found: Vec::new(),
+            failed: Vec::new(),
         }
     }
 
@@ -74,7 +77,7 @@ impl<'a> Opener<'a> {
         if units.is_empty() {
             return Err(Unavailable::new(format!(
                 "no MSR device to read: {}",
-                self.missing.join("; ")
+                self.why_none()
             )));
         }
         Ok(units)
@@ -115,6 +118,25 @@ impl<'a> Opener<'a> {
         })
     }
 
+    /// Why no device opened: one line however many CPUs the host has.
+    fn why_none(&self) -> String {
+        let mut parts: Vec<String> = self.failed.iter().take(3).cloned().collect();
+        if self.failed.len() > 3 {
+            parts.push(format!("{} more failed", self.failed.len() - 3));
+        }
+        match self.not_found.as_slice() {
+            [] => {}
+            [one] => parts.push(format!(
+                "{one} not found (load the msr module: modprobe msr)"
+            )),
+            [first, rest @ ..] => parts.push(format!(
+                "{first} and {} other CPUs' devices not found (load the msr module: modprobe msr)",
+                rest.len()
+            )),
+        }
+        parts.join("; ")
+    }
+
     /// The first of `cpus` whose device opens, as an index into `files`. A missing device is
     /// noted and the next CPU tried; permission denied ends the open, since every device has
     /// the same mode and only the user can change it.
@@ -138,14 +160,9 @@ impl<'a> Opener<'a> {
                     )));
                 }
                 Err(e) if e.kind() == io::ErrorKind::NotFound => {
-                    self.missing.push(format!(
-                        "{} not found (load the msr module: modprobe msr)",
-                        path.display()
-                    ));
+                    self.not_found.push(path.display().to_string());
                 }
-                Err(e) => self
-                    .missing
-                    .push(format!("opening {}: {e}", path.display())),
+                Err(e) => self.failed.push(format!("opening {}: {e}", path.display())),
             }
         }
         Ok(None)

@@ -7,13 +7,14 @@ use crate::MeterSettings;
 
 /// Advice for `kepler probe` when powercap shows no RAPL zone: whether this CPU has RAPL by
 /// cpuinfo, and what would make the msr meter read it. `None` when there is nothing to advise
-/// (powercap has zones, the CPU has no RAPL, or the msr meter is already enabled).
+/// (powercap has zones, the CPU has no RAPL, the msr meter is already enabled, or this is a
+/// virtual machine: hypervisors do not pass RAPL through, whatever the CPU model says).
 pub fn rapl_hint(settings: &MeterSettings) -> Option<String> {
     if settings.msr.enabled || powercap_has_rapl(&settings.sysfs) {
         return None;
     }
     let cpu = kepler_sources::read_cpu_model(&settings.procfs).ok()?;
-    if !registers::has_rapl(&cpu) {
+    if !registers::has_rapl(&cpu) || cpu.has_flag("hypervisor") {
         return None;
     }
     let what = registers::describe(&cpu);
