@@ -154,8 +154,58 @@ mod tests {
         let rapl = position("  rapl     available      zones: package (measured)");
         let fake = position("  fake     available      [not in the chain]");
         assert!(chain < hwmon && hwmon < rapl && rapl < fake, "{out}");
-        position("  selected: rapl\nplatform: no meters yet\n  selected: none\n");
+        position("  selected: rapl\nplatform (tried in order: acpi):\n  acpi     not available");
+        position("  msr      not available  [not in the chain] disabled (msr.enabled: false)");
         position("gpu: no meters yet");
         assert!(out.ends_with("Selected meters: cpu: rapl\n"), "{out}");
+    }
+
+    #[test]
+    fn an_empty_powercap_on_a_rapl_cpu_points_at_the_msr_meter() {
+        let dir = tempfile::tempdir().unwrap();
+        let sysfs = dir.path().join("sys");
+        let procfs = dir.path().join("proc");
+        let msr_root = dir.path().join("dev-cpu");
+        std::fs::create_dir_all(&sysfs).unwrap();
+        kepler_meters::fixtures::MsrTree::write_cpuinfo(&procfs, "GenuineIntel", 6, 0x55, 2)
+            .unwrap();
+        let yaml = |msr: &str| {
+            format!(
+                "host:\n  sysfs: {}\n  procfs: {}\nebpf:\n  enabled: false\nmsr:\n  root: {}\n{msr}",
+                sysfs.display(),
+                procfs.display(),
+                msr_root.display()
+            )
+        };
+        let config = Config::from_yaml(&yaml(""), Path::new("test.yaml"))
+            .unwrap()
+            .config;
+        let out = report(&config);
+        assert!(
+            out.contains("  rapl     not available")
+                && out.contains("load the msr module (`modprobe msr`")
+                && out.contains("set `msr.enabled: true`"),
+            "{out}"
+        );
+
+        // Enabled, with devices holding Intel's registers: msr follows rapl and is selected.
+        let tree = kepler_meters::fixtures::MsrTree::create(&sysfs, &msr_root).unwrap();
+        tree.add_cpu(0, 0, 0).unwrap();
+        tree.add_cpu(1, 0, 1).unwrap();
+        tree.write(0, kepler_meters::msr::INTEL_POWER_UNIT, 0xA0E03)
+            .unwrap();
+        tree.write(0, kepler_meters::msr::INTEL_PKG_ENERGY, 16_384)
+            .unwrap();
+        let config = Config::from_yaml(&yaml("  enabled: true\n"), Path::new("test.yaml"))
+            .unwrap()
+            .config;
+        let out = report(&config);
+        assert!(
+            out.contains("cpu (tried in order: rapl, msr, hwmon, model):")
+                && out.contains("  msr      available      zones: package (measured)")
+                && !out.contains("modprobe")
+                && out.ends_with("Selected meters: cpu: msr\n"),
+            "{out}"
+        );
     }
 }

@@ -15,12 +15,15 @@ use crate::config::{Config, EbpfMode};
 pub fn meter_settings(config: &Config) -> MeterSettings {
     MeterSettings {
         sysfs: config.host.sysfs.clone(),
+        procfs: config.host.procfs.clone(),
+        interval: config.monitor.interval.0,
         rapl_zones: config.rapl.zones.clone(),
         hwmon_zones: config.experimental.hwmon.zones.clone(),
         fake: FakeSettings {
             zones: config.dev.fake_cpu_meter.zones.clone(),
             ..FakeSettings::default()
         },
+        msr: config.msr.clone(),
     }
 }
 
@@ -216,19 +219,23 @@ mod tests {
         hwmon
             .add_chip(Some("power_meter"), &[("power1_average", "1000000\n")])
             .unwrap();
+        hwmon
+            .add_chip(Some("amd_energy"), &[("energy1_input", "1000\n")])
+            .unwrap();
         let upper = config(dir.path(), "cpu:\n  preferredMeters: [RAPL, Hwmon]\n");
-        // No powercap tree yet: hwmon, and the attempts say why rapl was passed over.
-        assert_eq!(selected(&upper), vec!["cpu/hwmon"]);
+        // No powercap tree yet: hwmon, and the attempts say why rapl was passed over. The
+        // ACPI power meter is the platform domain's whatever the CPU chain takes.
+        assert_eq!(selected(&upper), vec!["cpu/hwmon", "platform/acpi"]);
         let attempts = select(&upper).attempts;
         assert_eq!(attempts[0].domain, PowerDomain::Cpu);
         assert_eq!(attempts[0].meter.as_str(), "rapl");
         assert!(describe_failures(&attempts).starts_with("cpu/rapl: "));
 
         PowercapTree::create(dir.path(), &[("package-0", 1_000)]).unwrap();
-        assert_eq!(selected(&upper), vec!["cpu/rapl"]);
+        assert_eq!(selected(&upper), vec!["cpu/rapl", "platform/acpi"]);
         let reversed = config(dir.path(), "cpu:\n  preferredMeters: [HWMON, rapl]\n");
-        assert_eq!(selected(&reversed), vec!["cpu/hwmon"]);
+        assert_eq!(selected(&reversed), vec!["cpu/hwmon", "platform/acpi"]);
         let fake = config(dir.path(), "dev:\n  fake-cpu-meter:\n    enabled: true\n");
-        assert_eq!(selected(&fake), vec!["cpu/fake"]);
+        assert_eq!(selected(&fake), vec!["cpu/fake", "platform/acpi"]);
     }
 }

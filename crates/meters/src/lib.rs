@@ -1,8 +1,9 @@
 //! Node power meters for kepler-rs, each behind [`kepler_core::PowerMeter`]:
 //!
 //! - [`rapl::RaplMeter`] (`rapl`): Intel/AMD RAPL through the kernel's powercap sysfs;
-//! - [`hwmon::HwmonMeter`] (`hwmon`): power and energy sensors of hwmon chips, the ACPI power
-//!   meter included;
+//! - [`msr::MsrMeter`] (`msr`): the same RAPL counters read from `/dev/cpu/*/msr`, opt-in;
+//! - [`hwmon::HwmonMeter`]: power and energy sensors of hwmon chips (`hwmon`, CPU domain), and
+//!   the ACPI power meter (`acpi`, platform domain);
 //! - [`fake::FakeMeter`] (`fake`): deterministic numbers for development on hosts without
 //!   power hardware;
 //! - [`model::ModelMeter`] (`model`): power estimated by a model, opened by
@@ -22,6 +23,7 @@
 pub mod fake;
 pub mod hwmon;
 pub mod model;
+pub mod msr;
 pub mod polled;
 pub mod rapl;
 pub mod registry;
@@ -31,6 +33,7 @@ mod sysfs;
 pub mod fixtures;
 
 use std::path::PathBuf;
+use std::time::Duration;
 
 pub use fake::{Clock, FakeMeter, FakeSettings, ManualClock, MonotonicClock};
 pub use hwmon::HwmonMeter;
@@ -38,6 +41,7 @@ pub use model::{
     open_model_meter, EstimatorSettings, ModelChoice, ModelFile, ModelMeter, ModelRefresh,
     OutputChoice, OutputType,
 };
+pub use msr::{MsrConfig, MsrMeter};
 pub use polled::{PollTiming, PolledMeter, Poller, SlowDevice};
 pub use rapl::RaplMeter;
 pub use registry::{
@@ -50,21 +54,30 @@ pub use registry::{
 pub struct MeterSettings {
     /// Root of sysfs (`host.sysfs`).
     pub sysfs: PathBuf,
+    /// Root of procfs (`host.procfs`), for cpuinfo.
+    pub procfs: PathBuf,
+    /// `monitor.interval`: how long meters must keep counting between two reads.
+    pub interval: Duration,
     /// `rapl.zones`: zone names to keep; empty keeps all.
     pub rapl_zones: Vec<String>,
     /// `experimental.hwmon.zones`: zone names to keep; empty keeps all.
     pub hwmon_zones: Vec<String>,
     /// `dev.fake-cpu-meter`.
     pub fake: FakeSettings,
+    /// `msr`.
+    pub msr: MsrConfig,
 }
 
 impl Default for MeterSettings {
     fn default() -> Self {
         MeterSettings {
             sysfs: PathBuf::from("/sys"),
+            procfs: PathBuf::from("/proc"),
+            interval: Duration::from_secs(5),
             rapl_zones: Vec::new(),
             hwmon_zones: Vec::new(),
             fake: FakeSettings::default(),
+            msr: MsrConfig::default(),
         }
     }
 }

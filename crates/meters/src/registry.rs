@@ -11,7 +11,7 @@ use std::str::FromStr;
 use kepler_core::{Feature, PowerDomain, PowerMeter, Unavailable};
 use tracing::info;
 
-use crate::{FakeMeter, HwmonMeter, MeterSettings, RaplMeter};
+use crate::{msr, FakeMeter, HwmonMeter, MeterSettings, MsrMeter, RaplMeter};
 
 /// Opens the estimation meter from the features the usage source provides. The agent supplies
 /// it: the model depends on the agent's configuration and on facts about the host that this
@@ -57,8 +57,19 @@ static ROWS: &[MeterRow] = &[
         domain: PowerDomain::Cpu,
         open: |cx| {
             let s = cx.settings;
-            Ok(Box::new(RaplMeter::open(&s.sysfs, &s.rapl_zones)?))
+            // Without powercap zones, say whether the msr meter could read RAPL instead.
+            let meter =
+                RaplMeter::open(&s.sysfs, &s.rapl_zones).map_err(|e| match msr::rapl_hint(s) {
+                    Some(hint) => Unavailable::new(format!("{}; {hint}", e.reason)),
+                    None => e,
+                })?;
+            Ok(Box::new(meter))
         },
+    },
+    MeterRow {
+        name: MSR,
+        domain: PowerDomain::Cpu,
+        open: |cx| Ok(Box::new(MsrMeter::open(cx.settings)?)),
     },
     MeterRow {
         name: "hwmon",
@@ -81,12 +92,25 @@ static ROWS: &[MeterRow] = &[
             None => Err(Unavailable::new("no estimation model is configured")),
         },
     },
+    MeterRow {
+        name: "acpi",
+        domain: PowerDomain::Platform,
+        open: |cx| {
+            let s = cx.settings;
+            Ok(Box::new(HwmonMeter::open_platform(
+                &s.sysfs,
+                &s.hwmon_zones,
+            )?))
+        },
+    },
 ];
 
 /// The estimation meter: the CPU chain's last resort.
 const MODEL: &str = "model";
 /// The development meter: the whole CPU chain when `dev.fake-cpu-meter.enabled` is set.
 const FAKE: &str = "fake";
+/// RAPL over MSR: joins the CPU chain when `msr.enabled` is set (see [`MeterName::msr`]).
+const MSR: &str = "msr";
 
 /// A meter of the registry, as named in configuration. Only names of registry rows parse, so
 /// holding one means the meter exists; names are case-insensitive (`RAPL` is `rapl`).
@@ -112,6 +136,11 @@ impl MeterName {
     /// The development meter.
     pub fn fake() -> Option<MeterName> {
         MeterName::lookup(FAKE)
+    }
+
+    /// The RAPL-over-MSR meter.
+    pub fn msr() -> Option<MeterName> {
+        MeterName::lookup(MSR)
     }
 
     fn lookup(name: &str) -> Option<MeterName> {
@@ -349,7 +378,7 @@ mod tests {
         assert_eq!(err.name, "nvml");
         assert_eq!(
             err.to_string(),
-            "unknown meter \"nvml\" (known: rapl, hwmon, fake, model)"
+            "unknown meter \"nvml\" (known: rapl, msr, hwmon, fake, model, acpi)"
         );
     }
 }

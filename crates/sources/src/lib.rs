@@ -17,5 +17,7 @@
 pub mod host;
 pub mod procfs;
 
-pub use host::{HostFactError, HostFacts, Virtualization};
+pub use host::{
+    parse_cpu_model, read_cpu_model, CpuModel, HostFactError, HostFacts, Virtualization,
+};
 pub use procfs::{probe, ProcessDescription, ProcfsReader, ProcfsSource};

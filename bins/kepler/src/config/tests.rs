@@ -203,11 +203,61 @@ fn invalid_values_name_their_key_and_the_value() {
             "sequence",
         ),
         ("ebpf:\n  enabled: maybe\n", "ebpf.enabled", "maybe"),
+        ("msr:\n  enabled: maybe\n", "msr.enabled", "maybe"),
     ] {
         let err = parse(yaml).unwrap_err().to_string();
         assert!(err.contains(key), "{yaml}: {err} should name {key}");
         assert!(err.contains(value), "{yaml}: {err} should show {value}");
     }
+}
+
+#[test]
+fn msr_is_opt_in_and_joins_the_cpu_chain_when_enabled() {
+    let c = Config::default();
+    assert!(!c.msr.enabled);
+    assert_eq!(c.msr.root, PathBuf::from("/dev/cpu"));
+    for (yaml, chain) in [
+        (
+            "msr:\n  enabled: true\n",
+            &["rapl", "msr", "hwmon", "model"][..],
+        ),
+        (
+            "msr:\n  enabled: true\ncpu:\n  preferredMeters: [hwmon]\n",
+            &["msr", "hwmon", "model"],
+        ),
+        // A list that places it keeps its place.
+        (
+            "msr:\n  enabled: true\ncpu:\n  preferredMeters: [hwmon, MSR, rapl]\n",
+            &["hwmon", "msr", "rapl", "model"],
+        ),
+        // Listed but disabled: tried, and unavailable with the reason.
+        ("cpu:\n  preferredMeters: [msr]\n", &["msr", "model"]),
+        (
+            "msr:\n  enabled: true\ndev:\n  fake-cpu-meter:\n    enabled: true\n",
+            &["fake"],
+        ),
+    ] {
+        assert_eq!(cpu_chain(&valid(yaml)), chain, "{yaml}");
+    }
+    let c = valid("msr:\n  root: /host/dev/cpu\n");
+    assert_eq!(c.msr.root, PathBuf::from("/host/dev/cpu"));
+    assert_eq!(setup_settings(&c).msr, c.msr);
+}
+
+fn setup_settings(c: &Config) -> kepler_meters::MeterSettings {
+    crate::setup::meter_settings(c)
+}
+
+#[test]
+fn platform_meters_are_not_cpu_meters() {
+    let err = config("cpu:\n  preferredMeters: [rapl, acpi]\n")
+        .validate()
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("acpi measures the platform domain, not cpu"),
+        "{err}"
+    );
 }
 
 #[test]

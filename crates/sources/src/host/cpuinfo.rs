@@ -54,6 +54,56 @@ pub(crate) fn has_hypervisor_flag(content: &str) -> bool {
         .any(|(_, flags)| flags.split_whitespace().any(|f| f == "hypervisor"))
 }
 
+/// What the processor is, from the first `processor` entry (the sockets of one host are the
+/// same model). Numbers are decimal in cpuinfo; a field the platform does not print is `None`
+/// (or empty).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct CpuModel {
+    /// `GenuineIntel`, `AuthenticAMD`, `HygonGenuine`, ...
+    pub vendor_id: String,
+    /// `cpu family`, such as 6 (Intel Core and Xeon) or 25 (AMD Zen 3/4, 19h).
+    pub family: Option<u32>,
+    /// `model`.
+    pub model: Option<u32>,
+    /// `flags`, such as `rapl` (printed by kernels that know the CPU's RAPL interface).
+    pub flags: Vec<String>,
+}
+
+impl CpuModel {
+    pub fn has_flag(&self, flag: &str) -> bool {
+        self.flags.iter().any(|f| f == flag)
+    }
+}
+
+/// The model of the first `processor` block; `None` when there is none.
+pub fn parse_cpu_model(content: &str) -> Option<CpuModel> {
+    let mut lines = content
+        .lines()
+        .skip_while(|l| key_of(l) != Some("processor"));
+    // The `processor` line itself, then the block's fields up to the next blank line.
+    lines.next()?;
+    let mut model = CpuModel::default();
+    for line in lines.take_while(|l| !l.trim().is_empty()) {
+        let Some((key, value)) = line.split_once(':') else {
+            continue;
+        };
+        let value = value.trim();
+        match key.trim() {
+            "processor" => break,
+            "vendor_id" => model.vendor_id = value.to_owned(),
+            "cpu family" => model.family = value.parse().ok(),
+            "model" => model.model = value.parse().ok(),
+            "flags" => model.flags = value.split_whitespace().map(str::to_owned).collect(),
+            _ => {}
+        }
+    }
+    Some(model)
+}
+
+fn key_of(line: &str) -> Option<&str> {
+    line.split_once(':').map(|(k, _)| k.trim())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -113,5 +163,20 @@ mod tests {
             "model name\t: hypervisor\nflags\t: fpu\n"
         ));
         assert!(!has_hypervisor_flag(""));
+    }
+
+    #[test]
+    fn model_comes_from_the_first_processor() {
+        let content = "processor\t: 0\nvendor_id\t: AuthenticAMD\ncpu family\t: 25\n\
+            model\t\t: 1\nmodel name\t: AMD EPYC 7763 64-Core Processor\n\
+            flags\t\t: fpu rapl constant_tsc\n\nprocessor\t: 1\nvendor_id\t: Other\n\n";
+        let model = parse_cpu_model(content).unwrap();
+        assert_eq!(model.vendor_id, "AuthenticAMD");
+        assert_eq!(model.family, Some(25));
+        assert_eq!(model.model, Some(1));
+        assert!(model.has_flag("rapl") && !model.has_flag("rap"));
+        assert_eq!(parse_cpu_model("garbage\n"), None);
+        let arm = parse_cpu_model("processor\t: 0\nBogoMIPS\t: 50.00\n").unwrap();
+        assert_eq!(arm, CpuModel::default());
     }
 }

@@ -10,6 +10,8 @@
 
 mod cpuinfo;
 
+pub use cpuinfo::{parse_cpu_model, CpuModel};
+
 use std::fs::OpenOptions;
 use std::io::Read;
 use std::os::unix::fs::OpenOptionsExt;
@@ -152,6 +154,17 @@ fn virtualization(cpuinfo: Option<&str>, sysfs: &Path) -> Virtualization {
     } else {
         Virtualization::BareMetal
     }
+}
+
+/// The processor model from `<procfs_root>/cpuinfo`, for meters whose registers depend on it
+/// (read once when such a meter opens).
+pub fn read_cpu_model(procfs_root: &Path) -> Result<CpuModel, HostFactError> {
+    let path = procfs_root.join("cpuinfo");
+    let text = read_bounded(&path, CPUINFO_LIMIT)?;
+    parse_cpu_model(&text).ok_or_else(|| HostFactError::Read {
+        path,
+        reason: "no `processor` entries".into(),
+    })
 }
 
 /// The whole file as text (invalid UTF-8 replaced), or an error when it cannot be read or
