@@ -4,7 +4,9 @@
 //! - [`hwmon::HwmonMeter`] (`hwmon`): power and energy sensors of hwmon chips, the ACPI power
 //!   meter included;
 //! - [`fake::FakeMeter`] (`fake`): deterministic numbers for development on hosts without
-//!   power hardware.
+//!   power hardware;
+//! - [`gpu::GpuMeter`] (`nvml`, `amdgpu`, `fake-gpu`): one zone per GPU with the device's idle
+//!   power and per-process shares.
 //!
 //! Meters read from the sysfs root they are given (`host.sysfs`), so every one of them runs on
 //! fixture trees (see the `fixtures` feature). They report raw readings, one per socket or
@@ -18,6 +20,7 @@
 #![warn(clippy::unwrap_used, clippy::expect_used)]
 
 pub mod fake;
+pub mod gpu;
 pub mod hwmon;
 pub mod model;
 pub mod polled;
@@ -45,21 +48,27 @@ pub use registry::{
 pub struct MeterSettings {
     /// Root of sysfs (`host.sysfs`).
     pub sysfs: PathBuf,
+    /// Root of procfs (`host.procfs`): the amdgpu meter reads DRM fdinfo there.
+    pub procfs: PathBuf,
     /// `rapl.zones`: zone names to keep; empty keeps all.
     pub rapl_zones: Vec<String>,
     /// `experimental.hwmon.zones`: zone names to keep; empty keeps all.
     pub hwmon_zones: Vec<String>,
     /// `dev.fake-cpu-meter`.
     pub fake: FakeSettings,
+    /// `experimental.gpu` and `dev.fake-gpu`.
+    pub gpu: gpu::GpuSettings,
 }
 
 impl Default for MeterSettings {
     fn default() -> Self {
         MeterSettings {
             sysfs: PathBuf::from("/sys"),
+            procfs: PathBuf::from("/proc"),
             rapl_zones: Vec::new(),
             hwmon_zones: Vec::new(),
             fake: FakeSettings::default(),
+            gpu: gpu::GpuSettings::default(),
         }
     }
 }
