@@ -14,12 +14,14 @@ use crate::config::{Config, EbpfMode};
 pub fn meter_settings(config: &Config) -> MeterSettings {
     MeterSettings {
         sysfs: config.host.sysfs.clone(),
+        procfs: config.host.procfs.clone(),
         rapl_zones: config.rapl.zones.clone(),
         hwmon_zones: config.experimental.hwmon.zones.clone(),
         fake: FakeSettings {
             zones: config.dev.fake_cpu_meter.zones.clone(),
             ..FakeSettings::default()
         },
+        gpu: config.experimental.gpu.settings(&config.dev.fake_gpu),
     }
 }
 
