@@ -67,8 +67,11 @@ pub fn parse(text: &str) -> Vec<DcgmEntity> {
     entities.into_values().collect()
 }
 
+/// A sample line's label pairs, values unescaped.
+type Labels<'a> = Vec<(&'a str, String)>;
+
 /// `name{k="v",...} value [timestamp]` → (name, labels, value).
-fn split_sample(line: &str) -> Option<(&str, Vec<(&str, String)>, f64)> {
+fn split_sample(line: &str) -> Option<(&str, Labels<'_>, f64)> {
     let (name, rest) = match line.find('{') {
         Some(i) => (&line[..i], &line[i + 1..]),
         None => {
