@@ -151,7 +151,9 @@ mod tests {
         let fake = position("  fake     available      [not in the chain]");
         assert!(chain < hwmon && hwmon < rapl && rapl < fake, "{out}");
         position("  selected: rapl\nplatform: no meters yet\n  selected: none\n");
-        position("gpu: no meters yet");
+        let gpu = position("gpu (tried in order: fake-gpu, nvml, amdgpu):");
+        let off = position("  nvml     not available  experimental.gpu.enabled is false");
+        assert!(gpu < off, "{out}");
         assert!(out.ends_with("Selected meters: cpu: rapl\n"), "{out}");
     }
 }

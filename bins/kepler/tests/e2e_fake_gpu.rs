@@ -21,8 +21,8 @@ fn agent_exports_fake_gpus_split_among_real_processes() {
             // procfs lists every process each tick; eBPF only those scheduled in the interval,
             // and these sleepers are not.
             "ebpf:\n  enabled: false\ndev:\n  fake-cpu-meter:\n    enabled: true\n  fake-gpu:\n    enabled: true\n    devices:\n\
-             \x20     - watts: 120\n        energy: true\n        processes: [{{pid: {pa}, weight: 3}}, {{pid: {pb}, weight: 1}}]\n\
-             \x20     - watts: 50\n        processes: [{{pid: {pa}}}]\n"
+             \x20     - watts: 120\n        processes: [{{pid: {pa}, weight: 3}}, {{pid: {pb}, weight: 1}}]\n\
+             \x20     - watts: 50\n        energy: true\n        processes: [{{pid: {pa}}}]\n"
         ),
     )
     .unwrap();
@@ -64,10 +64,14 @@ fn agent_exports_fake_gpus_split_among_real_processes() {
         ("gpu_name", "Fake GPU"),
         ("vendor", "fake"),
     ];
+    // gpu0 reports power: its energy is power × its meter's interval, and watts divide by the
+    // tick's interval (timed by the CPU meter's reads, which a busy host can push apart). gpu1 has an energy
+    // counter on its own clock, which a preempted read on a busy host skews for one interval,
+    // hence the wider margin.
     let node0 = one(&samples, "kepler_node_gpu_watts", &gpu0);
     assert!((node0 - 120.0).abs() <= 12.0, "gpu0 reads {node0} W");
     let node1 = one(&samples, "kepler_node_gpu_watts", &[("gpu", "1")]);
-    assert!((node1 - 50.0).abs() < 1e-3, "gpu1 reads {node1} W");
+    assert!((node1 - 50.0).abs() <= 15.0, "gpu1 reads {node1} W");
     assert_eq!(
         one(
             &samples,

@@ -119,3 +119,32 @@ fn fdinfo_of_other_drivers_and_garbage_is_ignored() {
     let c = parse_fdinfo("drm-driver:\tamdgpu\ndrm-pdev:\tx\ndrm-client-id:\t9\ndrm-engine-gfx:\t5 ns\ndrm-engine-compute:\t7 ns\n").unwrap();
     assert_eq!((c.id, c.engine_ns), (9, 12));
 }
+
+#[test]
+fn a_vanished_or_garbled_power_file_is_a_read_error_not_a_panic() {
+    let dir = tempfile::tempdir().unwrap();
+    let (sys, proc_) = (dir.path().join("sys"), dir.path().join("proc"));
+    let t = AmdGpuTree::create(&sys, &proc_).unwrap();
+    t.add_card(0, PDEV0, "0x1002", "power1_average", 1_000_000, None, None)
+        .unwrap();
+    let mut m = GpuMeter::new(
+        "amdgpu",
+        Box::new(AmdGpu::open(&sys, &proc_).unwrap()),
+        None,
+    );
+    let mut out = Vec::new();
+    t.set_power(0, "power1_average", 0).unwrap();
+    std::fs::write(
+        sys.join("class/drm/card0/device/hwmon/hwmon9/power1_average"),
+        "garbage\n",
+    )
+    .unwrap();
+    assert!(m.read(&MeterInput::default(), &mut out).is_err());
+    std::fs::remove_file(sys.join("class/drm/card0/device/hwmon/hwmon9/power1_average")).unwrap();
+    assert!(m.read(&MeterInput::default(), &mut out).is_err());
+    // It comes back: readable again.
+    t.set_power(0, "power1_average", 2_000_000).unwrap();
+    out.clear();
+    m.read(&MeterInput::default(), &mut out).unwrap();
+    assert_eq!(out[0].sample, ZoneSample::Power(Watts(2.0)));
+}
