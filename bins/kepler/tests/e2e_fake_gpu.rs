@@ -65,9 +65,9 @@ fn agent_exports_fake_gpus_split_among_real_processes() {
         ("vendor", "fake"),
     ];
     // gpu0 reports power: its energy is power × its meter's interval, and watts divide by the
-    // tick's interval (timed by the CPU meter's reads, which a busy host can push apart). gpu1 has an energy
-    // counter on its own clock, which a preempted read on a busy host skews for one interval,
-    // hence the wider margin.
+    // tick's interval (timed by the CPU meter's reads, which a busy host can push apart);
+    // gpu1 has an energy counter on its own clock, which a preempted read skews for one
+    // interval. Hence margins; the splits below are exact within one scrape.
     let node0 = one(&samples, "kepler_node_gpu_watts", &gpu0);
     assert!((node0 - 120.0).abs() <= 12.0, "gpu0 reads {node0} W");
     let node1 = one(&samples, "kepler_node_gpu_watts", &[("gpu", "1")]);
