@@ -360,7 +360,7 @@ impl Config {
         }
         if self.experimental.gpu.dcgm_endpoint.is_some() {
             keys.push(
-                "experimental.gpu.dcgmEndpoint (MIG: dcgm-exporter text is parsed, not yet polled)",
+                "experimental.gpu.dcgmEndpoint (MIG: dcgm-exporter text is parsed into per-instance zones, not yet polled)",
             );
         }
         if self.experimental.hwmon.chip_rules.is_some() {

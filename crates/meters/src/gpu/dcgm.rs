@@ -6,6 +6,9 @@
 //! divides among its instances.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use kepler_core::{DeviceInfo, MicroJoules, Watts, ZoneReading};
 
 /// What one scrape says about one GPU or GPU instance.
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -67,6 +70,91 @@ pub fn parse(text: &str) -> Vec<DcgmEntity> {
     entities.into_values().collect()
 }
 
+/// The GPU-domain readings of one scrape: a whole GPU is one zone (`gpu<index>`, its energy
+/// counter when exported, else its power); a GPU split into MIG instances is one zone per
+/// instance (`gpu<index>-mig<id>`, path `<UUID>/<id>`) holding the GPU's power divided by the
+/// instances' graphics-engine activity (equally when none is active), since DCGM meters power
+/// per physical GPU only. dcgm-exporter names no processes, so the shares are empty: the
+/// active energy stays unattributed rather than following CPU time. `idle` is each zone's idle
+/// power (a MIG instance gets its part of the GPU's).
+pub fn readings(entities: &[DcgmEntity], idle: Watts) -> Vec<ZoneReading> {
+    let mut out = Vec::new();
+    let mut gpus: BTreeMap<u32, (Option<&DcgmEntity>, Vec<&DcgmEntity>)> = BTreeMap::new();
+    for e in entities {
+        let slot = gpus.entry(e.gpu).or_default();
+        match e.instance {
+            None => slot.0 = Some(e),
+            Some(_) => slot.1.push(e),
+        }
+    }
+    let device = |e: &DcgmEntity, uuid: String, name: String| {
+        Some(Arc::new(DeviceInfo {
+            index: e.gpu,
+            uuid: uuid.into(),
+            name: name.into(),
+            vendor: "nvidia".into(),
+        }))
+    };
+    for (gpu, (whole, instances)) in gpus {
+        if instances.is_empty() {
+            let Some(e) = whole else { continue };
+            let (zone, path): (Arc<str>, Arc<str>) =
+                (super::zone_name(gpu).into(), e.uuid.as_str().into());
+            let mut r = match (e.energy_millijoules, e.power_watts) {
+                (Some(mj), _) if mj.is_finite() && mj >= 0.0 => {
+                    ZoneReading::energy(zone, path, MicroJoules((mj * 1000.0) as u64), None)
+                }
+                (_, Some(w)) if w.is_finite() && w >= 0.0 => {
+                    ZoneReading::power(zone, path, Watts(w))
+                }
+                _ => continue,
+            };
+            r.shares = Some(Vec::new().into());
+            r.idle = Some(idle);
+            r.device = device(e, e.uuid.clone(), e.model.clone());
+            out.push(r);
+            continue;
+        }
+        // Every instance carries its GPU's power; take it from the first that has it.
+        let Some(power) = instances
+            .iter()
+            .find_map(|e| e.power_watts)
+            .filter(|w| w.is_finite() && *w >= 0.0)
+        else {
+            continue;
+        };
+        let activity: Vec<f64> = instances
+            .iter()
+            .map(|e| {
+                e.engine_active
+                    .filter(|a| a.is_finite() && *a > 0.0)
+                    .unwrap_or(0.0)
+            })
+            .collect();
+        let total: f64 = activity.iter().sum();
+        let n = instances.len() as f64;
+        for (e, a) in instances.iter().zip(&activity) {
+            let part = if total > 0.0 { a / total } else { 1.0 / n };
+            let id = e.instance.unwrap_or_default();
+            let uuid = format!("{}/{id}", e.uuid);
+            let name = match &e.profile {
+                Some(p) => format!("{} MIG {p}", e.model),
+                None => e.model.clone(),
+            };
+            let mut r = ZoneReading::power(
+                format!("{}-mig{id}", super::zone_name(gpu)).into(),
+                uuid.as_str().into(),
+                Watts(power * part),
+            );
+            r.shares = Some(Vec::new().into());
+            r.idle = Some(Watts(idle.0 / n));
+            r.device = device(e, uuid, name);
+            out.push(r);
+        }
+    }
+    out
+}
+
 /// A sample line's label pairs, values unescaped.
 type Labels<'a> = Vec<(&'a str, String)>;
 
@@ -126,6 +214,7 @@ fn split_sample(line: &str) -> Option<(&str, Labels<'_>, f64)> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use kepler_core::ZoneSample;
 
     const SAMPLE: &str = include_str!("../../tests/data/dcgm-exporter-mig.txt");
 
@@ -149,6 +238,38 @@ mod tests {
         assert_eq!(mig[0].engine_active, Some(0.25));
         assert_eq!(mig[1].instance, Some(2));
         assert_eq!(mig[1].engine_active, Some(0.75));
+    }
+
+    #[test]
+    fn mig_instances_split_their_gpus_power_by_engine_activity() {
+        let r = readings(&parse(SAMPLE), Watts(40.0));
+        let zones: Vec<&str> = r.iter().map(|r| &*r.zone).collect();
+        assert_eq!(zones, ["gpu0-mig1", "gpu0-mig2", "gpu1"]);
+        let power = |i: usize| match r[i].sample {
+            ZoneSample::Power(w) => w.0,
+            ZoneSample::Energy { .. } => f64::NAN,
+        };
+        // 88.5 W split 0.25 : 0.75.
+        assert!((power(0) - 22.125).abs() < 1e-9);
+        assert!((power(1) - 66.375).abs() < 1e-9);
+        assert_eq!(r[0].idle, Some(Watts(20.0)));
+        assert_eq!(&*r[1].path, "GPU-5a4d3c1e-0000-1111-2222-333344445555/2");
+        let d = r[1].device.as_ref().unwrap();
+        assert_eq!(
+            (d.index, &*d.name),
+            (0, "NVIDIA A100-SXM4-80GB MIG 3g.40gb")
+        );
+        // A whole GPU with an energy counter uses it (mJ -> µJ).
+        assert_eq!(
+            r[2].sample,
+            ZoneSample::Energy {
+                counter: MicroJoules(987_654_321_000),
+                max: None
+            }
+        );
+        assert!(r
+            .iter()
+            .all(|r| r.shares.as_ref().is_some_and(|s| s.is_empty())));
     }
 
     #[test]
