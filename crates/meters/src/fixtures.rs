@@ -291,7 +291,7 @@ impl AmdGpuTree {
     }
 
     /// Writes `<procfs>/<pid>/fdinfo/<fd>` for an amdgpu DRM client with `gfx_ns` of graphics
-    /// engine time.
+    /// engine time, and `<procfs>/<pid>/fd/<fd>` linking to a render node.
     pub fn set_client(
         &self,
         pid: u32,
@@ -302,6 +302,13 @@ impl AmdGpuTree {
     ) -> io::Result<()> {
         let dir = self.procfs.join(format!("{pid}/fdinfo"));
         fs::create_dir_all(&dir)?;
+        let fd_dir = self.procfs.join(format!("{pid}/fd"));
+        fs::create_dir_all(&fd_dir)?;
+        let link = fd_dir.join(fd.to_string());
+        if fs::symlink_metadata(&link).is_err() {
+            // Dangling, as seen from the test: only the target's name matters.
+            std::os::unix::fs::symlink("/dev/dri/renderD128", &link)?;
+        }
         write_atomic(
             &dir.join(fd.to_string()),
             &format!(

@@ -44,6 +44,11 @@ fn power_names_and_engine_time_shares_per_card() {
     t.set_client(10, 6, PDEV0, 1, 1_000).unwrap();
     t.set_client(11, 4, PDEV0, 2, 5_000).unwrap();
     t.set_client(12, 4, PDEV1, 3, 0).unwrap();
+    // A file that is not a DRM device, even with DRM-looking fdinfo, is not a client.
+    t.set_client(13, 7, PDEV0, 9, 0).unwrap();
+    let fd = proc_.join("13/fd/7");
+    std::fs::remove_file(&fd).unwrap();
+    std::os::unix::fs::symlink("/tmp/not-a-gpu", &fd).unwrap();
     let first = read(&mut m);
     let d0 = first[0].device.as_ref().unwrap();
     assert_eq!(
@@ -62,6 +67,7 @@ fn power_names_and_engine_time_shares_per_card() {
     t.set_client(10, 6, PDEV0, 1, 4_000).unwrap();
     t.set_client(11, 4, PDEV0, 2, 6_000).unwrap();
     t.set_client(12, 4, PDEV1, 3, 900).unwrap();
+    t.set_client(13, 7, PDEV0, 9, 1_000_000).unwrap();
     t.set_power(0, "power1_average", 90_000_000).unwrap();
     let second = read(&mut m);
     let shares = second[0].shares.as_ref().unwrap();

@@ -94,7 +94,15 @@ impl AmdGpu {
             let Ok(fds) = fs::read_dir(p.path().join("fdinfo")) else {
                 continue;
             };
+            let links = p.path().join("fd");
             for fd in fds.filter_map(Result::ok) {
+                // Only DRM device files have DRM fdinfo: one readlink spares reading the
+                // fdinfo of every socket and file on the host each tick.
+                let is_drm = fs::read_link(links.join(fd.file_name()))
+                    .is_ok_and(|target| target.starts_with("/dev/dri"));
+                if !is_drm {
+                    continue;
+                }
                 let Ok(text) = fs::read_to_string(fd.path()) else {
                     continue;
                 };

@@ -144,6 +144,7 @@ impl PowerMeter for GpuMeter {
     }
 
     fn provenance(&self) -> kepler_core::Provenance {
+        // Scripted devices are neither measured nor estimated; users must be able to tell.
         if self.name == fake::NAME {
             kepler_core::Provenance::Synthetic
         } else {
