@@ -8,6 +8,7 @@ pub(crate) mod choice;
 mod duration;
 mod ebpf;
 mod estimator;
+mod gpu;
 mod kube;
 mod meters;
 #[cfg(test)]
@@ -26,10 +27,11 @@ pub use self::choice::ChoiceError;
 pub use self::duration::{parse_duration, GoDuration};
 pub use self::ebpf::{EbpfConfig, EbpfMode};
 pub use self::estimator::{EstimatorConfig, EstimatorFamily, EstimatorOutput};
+pub use self::gpu::{FakeGpuConfig, GpuConfig};
 pub use self::kube::{KubeConfig, PodInformerConfig, PodInformerMode};
 pub use self::meters::{
-    CpuConfig, DevConfig, ExperimentalConfig, FakeMeterConfig, GpuConfig, HwmonConfig,
-    PlatformConfig, RaplConfig, RedfishConfig,
+    CpuConfig, DevConfig, ExperimentalConfig, FakeMeterConfig, HwmonConfig, PlatformConfig,
+    RaplConfig, RedfishConfig,
 };
 pub use crate::logging::{LogConfig, LogFormat, LogLevel};
 
@@ -333,6 +335,10 @@ impl Config {
                 "must be between 0 and 1".into(),
             ));
         }
+        self.experimental
+            .gpu
+            .check()
+            .map_err(|m| invalid("experimental.gpu.idlePower", m))?;
         if self.estimator.model.trim().is_empty() {
             return Err(invalid(
                 "estimator.model",
@@ -354,8 +360,10 @@ impl Config {
         if self.experimental.platform.redfish.enabled {
             keys.push("experimental.platform.redfish.enabled");
         }
-        if self.experimental.gpu.enabled {
-            keys.push("experimental.gpu.enabled");
+        if self.experimental.gpu.dcgm_endpoint.is_some() {
+            keys.push(
+                "experimental.gpu.dcgmEndpoint (MIG: dcgm-exporter text is parsed into per-instance zones, not yet polled)",
+            );
         }
         if self.experimental.hwmon.chip_rules.is_some() {
             keys.push("experimental.hwmon.chipRules");

@@ -156,7 +156,9 @@ mod tests {
         assert!(chain < hwmon && hwmon < rapl && rapl < fake, "{out}");
         position("  selected: rapl\nplatform (tried in order: acpi):\n  acpi     not available");
         position("  msr      not available  [not in the chain] disabled (msr.enabled: false)");
-        position("gpu: no meters yet");
+        let gpu = position("gpu (tried in order: fake-gpu, nvml, amdgpu):");
+        let off = position("  nvml     not available  experimental.gpu.enabled is false");
+        assert!(gpu < off, "{out}");
         assert!(out.ends_with("Selected meters: cpu: rapl\n"), "{out}");
     }
 

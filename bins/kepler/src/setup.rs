@@ -24,6 +24,7 @@ pub fn meter_settings(config: &Config) -> MeterSettings {
             ..FakeSettings::default()
         },
         msr: config.msr.clone(),
+        gpu: config.experimental.gpu.settings(&config.dev.fake_gpu),
     }
 }
 

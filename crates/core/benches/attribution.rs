@@ -61,6 +61,8 @@ fn bench(c: &mut Criterion) {
             energy: MicroJoules(123_456_789),
             meta: meta.clone(),
             weights: ZoneWeights::CpuTime,
+            idle: None,
+            device: None,
         })
         .collect();
     let snapshots: Vec<UsageSnapshot> = (0..2).map(|s| usage(s, &infos)).collect();

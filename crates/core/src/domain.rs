@@ -62,3 +62,18 @@ impl ZoneMeta {
         }
     }
 }
+
+/// The physical device a zone measures, for zones that are one device each (GPUs). It travels
+/// with the zone's readings into the snapshot, so outputs label a device's series (index, UUID,
+/// model name, vendor) without a side channel; set once when the meter opens and shared.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DeviceInfo {
+    /// The device's index on this host (NVML's index, the DRM card number).
+    pub index: u32,
+    /// A stable identifier: NVML's UUID, a GPU instance's id, or the PCI address.
+    pub uuid: Arc<str>,
+    /// The model name the driver reports.
+    pub name: Arc<str>,
+    /// `nvidia`, `amd`, ...
+    pub vendor: Arc<str>,
+}

@@ -4,7 +4,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::domain::ZoneMeta;
+use crate::domain::{DeviceInfo, ZoneMeta};
 use crate::units::{MicroJoules, Watts};
 
 /// One reading of one meter zone (one socket's package, one hwmon sensor, ...).
@@ -19,6 +19,13 @@ pub struct ZoneReading {
     /// How the zone's active energy is divided among processes, when the meter knows better
     /// than CPU time (a GPU's per-process utilisation); `None` splits by CPU time.
     pub shares: Option<ProcessShares>,
+    /// The device's own idle power, when the meter knows it (a GPU: configured, or the lowest
+    /// power seen with no compute process). The zone's idle energy is then this × interval,
+    /// capped at its energy, whatever the agent's idle policy: CPU usage says nothing about
+    /// how busy a GPU is. `None` leaves the split to the idle policy.
+    pub idle: Option<Watts>,
+    /// The device this reading measures, for per-device zones (GPUs).
+    pub device: Option<Arc<DeviceInfo>>,
 }
 
 impl ZoneReading {
@@ -34,6 +41,8 @@ impl ZoneReading {
             path,
             sample: ZoneSample::Energy { counter, max },
             shares: None,
+            idle: None,
+            device: None,
         }
     }
 
@@ -44,6 +53,8 @@ impl ZoneReading {
             path,
             sample: ZoneSample::Power(watts),
             shares: None,
+            idle: None,
+            device: None,
         }
     }
 }
@@ -99,6 +110,11 @@ pub struct ZoneEnergy {
     /// The meter's facts, shared by all zones of the meter.
     pub meta: Arc<ZoneMeta>,
     pub weights: ZoneWeights,
+    /// The meter's idle energy for the interval (its readings' idle watts × interval), which
+    /// takes the place of the idle policy for this zone; `None` leaves idle to the policy.
+    pub idle: Option<MicroJoules>,
+    /// The measured device, for a zone of a single reading that names one.
+    pub device: Option<Arc<DeviceInfo>>,
 }
 
 /// Why a zone has no energy for an interval.
@@ -184,6 +200,8 @@ struct ZoneSum {
     paths: Vec<Arc<str>>,
     shares: Option<ProcessShares>,
     has_shares: bool,
+    idle: Option<MicroJoules>,
+    device: Option<Arc<DeviceInfo>>,
 }
 
 /// The energy of each zone between two snapshots of the same meter. Readings sharing a zone
@@ -225,8 +243,18 @@ pub fn zone_energies(
                 paths: Vec::new(),
                 shares: None,
                 has_shares: false,
+                idle: None,
+                device: None,
             }
         });
+        if let Some(w) = reading.idle {
+            // Summed sockets of a meter that knows idle: their idle powers add up too.
+            let idle = entry.idle.get_or_insert(MicroJoules::ZERO);
+            *idle += w.during(interval);
+        }
+        if entry.paths.is_empty() {
+            entry.device = reading.device.clone();
+        }
         entry.paths.push(reading.path.clone());
         if let Some(shares) = &reading.shares {
             entry.has_shares = true;
@@ -254,9 +282,10 @@ pub fn zone_energies(
                 return None;
             }
             let energy = sum.energy?;
-            let path = match sum.paths.as_slice() {
-                [single] => single.clone(),
-                _ => Arc::from(format!("aggregated-{zone}")),
+            let (path, device) = match sum.paths.as_slice() {
+                [single] => (single.clone(), sum.device),
+                // A sum of readings is no single device.
+                _ => (Arc::from(format!("aggregated-{zone}")), None),
             };
             let weights = sum.shares.map_or(ZoneWeights::CpuTime, ZoneWeights::Shares);
             Some(ZoneEnergy {
@@ -265,6 +294,8 @@ pub fn zone_energies(
                 energy,
                 meta: meta.clone(),
                 weights,
+                idle: sum.idle,
+                device,
             })
         })
         .collect();
@@ -379,6 +410,7 @@ mod tests {
         let shares: ProcessShares = Arc::from(vec![ProcessShare { pid: 7, weight: 3 }]);
         let gpu = |path: &str, w: f64| ZoneReading {
             shares: Some(shares.clone()),
+            idle: Some(Watts(0.25)),
             ..ZoneReading::power("gpu0".into(), path.into(), Watts(w))
         };
         let (zones, issues) = zone_energies(
@@ -388,6 +420,8 @@ mod tests {
         );
         assert!(issues.is_empty());
         assert_eq!(zones[0].weights, ZoneWeights::Shares(shares.clone()));
+        // The device's idle power, over the 1 s interval.
+        assert_eq!(zones[0].idle, Some(MicroJoules(250_000)));
         let two = |at| snap(at, vec![gpu("/a", 1.0), gpu("/b", 2.0)]);
         let (zones, issues) = zone_energies(&two(0), &two(1), &meta());
         assert!(zones.is_empty());

@@ -3,7 +3,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::domain::ZoneMeta;
+use crate::domain::{DeviceInfo, ZoneMeta};
 use crate::units::{MicroJoules, Watts};
 use crate::usage::{ProcessInfo, ProcessKey};
 use crate::workload::{ContainerRef, PodRef, VmRef};
@@ -28,6 +28,8 @@ pub struct NodeZone {
     /// Domain, meter, provenance, model and whether idle is included: the zone's facts as of
     /// its last reading.
     pub meta: Arc<ZoneMeta>,
+    /// The device the zone measures (GPU zones): index, UUID, model name, vendor.
+    pub device: Option<Arc<DeviceInfo>>,
     pub total: ZoneValue,
     pub active: ZoneValue,
     pub idle: ZoneValue,

@@ -66,6 +66,8 @@ fn zone(name: &str, uj: u64) -> ZoneEnergy {
         energy: MicroJoules(uj),
         meta: Arc::new(ZoneMeta::measured("test")),
         weights: ZoneWeights::CpuTime,
+        idle: None,
+        device: None,
     }
 }
 

@@ -54,6 +54,7 @@ fn energies(
     cpu_counter: (u64, u64),
     gpu_watts: f64,
     shares: &ProcessShares,
+    gpu_idle_watts: Option<f64>,
 ) -> Vec<ZoneEnergy> {
     let snap = |t: u64, readings| EnergySnapshot {
         at: Duration::from_secs(t),
@@ -70,6 +71,7 @@ fn energies(
     let gpu = || {
         vec![ZoneReading {
             shares: Some(shares.clone()),
+            idle: gpu_idle_watts.map(Watts),
             ..ZoneReading::power("gpu0".into(), "nvidia0".into(), Watts(gpu_watts))
         }]
     };
@@ -124,7 +126,7 @@ proptest! {
                 .map(|&(pid, weight)| ProcessShare { pid, weight })
                 .collect::<Vec<_>>()
                 .into();
-            let zones = energies((10 + 2 * step, 12 + 2 * step), (counter, counter + cpu_uj), gpu_watts, &shares);
+            let zones = energies((10 + 2 * step, 12 + 2 * step), (counter, counter + cpu_uj), gpu_watts, &shares, None);
             counter += cpu_uj;
             let s = a.tick(Tick {
                 usage: &usage(12 + 2 * step, step, &procs),
@@ -144,6 +146,74 @@ proptest! {
                     prop_assert_eq!(p.zones[gpu].watts.0, 0.0, "pid {} has no share", p.key.pid);
                 }
             }
+        }
+    }
+}
+
+proptest! {
+    /// A GPU meter reports its device's idle watts: the GPU zone's idle is exactly that power
+    /// over the interval (capped at the zone's energy) under either idle policy, the CPU zone
+    /// keeps the policy's split, and conservation still holds per zone.
+    #[test]
+    fn device_idle_replaces_the_policy_and_conserves(
+        ticks in proptest::collection::vec(
+            (
+                proptest::collection::vec(0u64..3000, 6),
+                proptest::collection::vec((1u32..8, 0u64..100), 0..5),
+                0u64..40_000_000,
+                0.0f64..300.0,
+                0.0f64..400.0,
+            ),
+            1..6,
+        ),
+        baseline in proptest::option::of(0.0f64..50.0),
+    ) {
+        let idle = match baseline {
+            Some(w) => IdlePolicy::Baseline { configured: Some(Watts(w)), low_usage_ratio: 0.1 },
+            None => IdlePolicy::Ratio,
+        };
+        let mut a = Attributor::new(AttributionConfig { idle, ..AttributionConfig::default() });
+        let info = plain();
+        let mut cumulative = [0u64; 6];
+        let mut counter = 1_000u64;
+        for (step, (adds, shares, cpu_uj, gpu_watts, idle_watts)) in ticks.into_iter().enumerate() {
+            let step = step as u64;
+            for (c, add) in cumulative.iter_mut().zip(&adds) {
+                *c += add;
+            }
+            let procs: Vec<(u32, u64, Arc<ProcessInfo>)> = cumulative
+                .iter()
+                .enumerate()
+                .map(|(i, c)| (i as u32 + 1, *c, info.clone()))
+                .collect();
+            let shares: ProcessShares = shares
+                .iter()
+                .map(|&(pid, weight)| ProcessShare { pid, weight })
+                .collect::<Vec<_>>()
+                .into();
+            let zones = energies(
+                (10 + 2 * step, 12 + 2 * step),
+                (counter, counter + cpu_uj),
+                gpu_watts,
+                &shares,
+                Some(idle_watts),
+            );
+            counter += cpu_uj;
+            let s = a.tick(Tick {
+                usage: &usage(12 + 2 * step, step, &procs),
+                energy: Some(&zones),
+                interval: Duration::from_secs(2),
+            });
+            for (z, node) in s.zones.iter().enumerate() {
+                prop_assert_eq!(node.active.energy + node.idle.energy, node.total.energy);
+                let procs: u64 = s.processes.iter().map(|p| p.zones[z].energy.0).sum();
+                prop_assert_eq!(procs + node.unattributed.0, node.active.energy.0, "zone {}", node.zone);
+            }
+            let gpu = s.zones.iter().find(|z| z.meta.domain == PowerDomain::Gpu).unwrap();
+            let gpu_energy = Watts(gpu_watts).during(Duration::from_secs(2));
+            let idle = Watts(idle_watts).during(Duration::from_secs(2)).min(gpu_energy);
+            // The tick's idle is the device's; energy accumulates over ticks, watts are this tick's.
+            prop_assert!((gpu.idle.watts.0 - idle.over(Duration::from_secs(2)).0).abs() < 1e-9);
         }
     }
 }
@@ -168,7 +238,7 @@ fn gpu_energy_follows_the_meters_shares_not_cpu_time() {
         interval: Duration::from_secs(2),
     });
     // All CPU time goes to pid 1; the GPU is used by pids 2 and 3 only.
-    let zones = energies((10, 12), (0, 8_000_000), 100.0, &shares);
+    let zones = energies((10, 12), (0, 8_000_000), 100.0, &shares, None);
     let s = a.tick(Tick {
         usage: &usage(
             12,
@@ -224,6 +294,8 @@ fn a_name_learnt_between_two_ticks_appears_at_the_next() {
             energy: MicroJoules(uj),
             meta: meta(PowerDomain::Cpu, "rapl", true),
             weights: ZoneWeights::CpuTime,
+            idle: None,
+            device: None,
         }]
     };
     let mut cpu = 0;
@@ -305,6 +377,8 @@ fn a_dynamic_only_zone_is_all_active_and_claims_no_baseline() {
         energy: MicroJoules(50_000_000),
         meta: meta(PowerDomain::Cpu, "model", includes_idle),
         weights: ZoneWeights::CpuTime,
+        idle: None,
+        device: None,
     };
     a.tick(Tick {
         usage: &usage(10, 0, &[(1, 0, i.clone())]),

@@ -350,6 +350,7 @@ pub fn encode(
         if levels.contains(Level::Vm) {
             encode_vms(&mut w, s);
         }
+        crate::encode_gpu::encode_gpu(&mut w, s, levels);
     }
     w.finish();
 }

@@ -36,6 +36,7 @@
 
 pub mod context;
 pub mod encode;
+mod encode_gpu;
 pub mod level;
 pub mod outputs;
 pub mod registry;

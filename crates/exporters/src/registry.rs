@@ -289,6 +289,112 @@ pub static VM_CPU_WATTS: Desc<5> = at(
     VM,
 );
 
+// --- GPUs (upstream names; one series per device, workloads summed over devices) ---
+
+const GPU: [&str; 4] = ["gpu", "gpu_uuid", "gpu_name", "vendor"];
+const PROCESS_GPU: [&str; 7] = [
+    "pid",
+    "comm",
+    "exe",
+    "type",
+    "state",
+    "container_id",
+    "vm_id",
+];
+const CONTAINER_GPU: [&str; 5] = [
+    "container_id",
+    "container_name",
+    "runtime",
+    "state",
+    "pod_id",
+];
+const POD_GPU: [&str; 4] = ["pod_id", "pod_name", "pod_namespace", "state"];
+
+pub static NODE_GPU_JOULES: Desc<4> = node(
+    "kepler_node_gpu_joules_total",
+    "Energy consumption of gpu at node level in joules",
+    Counter,
+    GPU,
+);
+pub static NODE_GPU_WATTS: Desc<4> = node(
+    "kepler_node_gpu_watts",
+    "Power consumption of gpu at node level in watts",
+    Gauge,
+    GPU,
+);
+pub static NODE_GPU_ACTIVE_JOULES: Desc<4> = node(
+    "kepler_node_gpu_active_joules_total",
+    "Energy consumption of gpu in active state at node level in joules",
+    Counter,
+    GPU,
+);
+pub static NODE_GPU_ACTIVE_WATTS: Desc<4> = node(
+    "kepler_node_gpu_active_watts",
+    "Power consumption of gpu in active state at node level in watts",
+    Gauge,
+    GPU,
+);
+pub static NODE_GPU_IDLE_JOULES: Desc<4> = node(
+    "kepler_node_gpu_idle_joules_total",
+    "Energy consumption of gpu in idle state at node level in joules",
+    Counter,
+    GPU,
+);
+pub static NODE_GPU_IDLE_WATTS: Desc<4> = node(
+    "kepler_node_gpu_idle_watts",
+    "Power consumption of gpu in idle state at node level in watts",
+    Gauge,
+    GPU,
+);
+pub static NODE_GPU_INFO: Desc<6> = node(
+    "kepler_node_gpu_info",
+    "GPU devices at node level; meter is the GPU meter that reads it (nvml, amdgpu, fake-gpu), source is measured or synthetic",
+    Gauge,
+    ["gpu", "gpu_uuid", "gpu_name", "vendor", "meter", "source"],
+);
+pub static PROCESS_GPU_JOULES: Desc<7> = at(
+    Level::Process,
+    "kepler_process_gpu_joules_total",
+    "Energy consumption of gpu at process level in joules, summed over the node's GPUs",
+    Counter,
+    PROCESS_GPU,
+);
+pub static PROCESS_GPU_WATTS: Desc<7> = at(
+    Level::Process,
+    "kepler_process_gpu_watts",
+    "Power consumption of gpu at process level in watts, summed over the node's GPUs",
+    Gauge,
+    PROCESS_GPU,
+);
+pub static CONTAINER_GPU_JOULES: Desc<5> = at(
+    Level::Container,
+    "kepler_container_gpu_joules_total",
+    "Energy consumption of gpu at container level in joules, summed over the node's GPUs",
+    Counter,
+    CONTAINER_GPU,
+);
+pub static CONTAINER_GPU_WATTS: Desc<5> = at(
+    Level::Container,
+    "kepler_container_gpu_watts",
+    "Power consumption of gpu at container level in watts, summed over the node's GPUs",
+    Gauge,
+    CONTAINER_GPU,
+);
+pub static POD_GPU_JOULES: Desc<4> = at(
+    Level::Pod,
+    "kepler_pod_gpu_joules_total",
+    "Energy consumption of gpu at pod level in joules, summed over the node's GPUs",
+    Counter,
+    POD_GPU,
+);
+pub static POD_GPU_WATTS: Desc<4> = at(
+    Level::Pod,
+    "kepler_pod_gpu_watts",
+    "Power consumption of gpu at pod level in watts, summed over the node's GPUs",
+    Gauge,
+    POD_GPU,
+);
+
 // --- Always exported ---
 
 /// Upstream's label set is kept so that existing dashboards keep working; `goversion` holds the
@@ -426,6 +532,19 @@ pub static ALL: &[&dyn Describe] = &[
     &POD_CPU_WATTS,
     &VM_CPU_JOULES,
     &VM_CPU_WATTS,
+    &NODE_GPU_JOULES,
+    &NODE_GPU_WATTS,
+    &NODE_GPU_ACTIVE_JOULES,
+    &NODE_GPU_ACTIVE_WATTS,
+    &NODE_GPU_IDLE_JOULES,
+    &NODE_GPU_IDLE_WATTS,
+    &NODE_GPU_INFO,
+    &PROCESS_GPU_JOULES,
+    &PROCESS_GPU_WATTS,
+    &CONTAINER_GPU_JOULES,
+    &CONTAINER_GPU_WATTS,
+    &POD_GPU_JOULES,
+    &POD_GPU_WATTS,
 ];
 
 /// The content of `docs/metrics.md`, generated from [`ALL`].
@@ -457,6 +576,14 @@ pub fn metrics_markdown() -> String {
          `kepler_agent_component_up` and `kepler_agent_component_errors_total` report every \
          component of the agent (usage source, meters, outputs, background pollers and model \
          refresh) the same way.\n\n",
+    );
+    s.push_str(
+        "GPU families have one series per device at node level (`gpu` is the device index, \
+         `gpu_uuid` NVML's UUID or the AMD card's unique id / PCI address). A GPU's idle power \
+         is `experimental.gpu.idlePower`, else the lowest power seen while no compute process \
+         ran (0 W until then); its active energy goes to the processes that used it, by their \
+         utilisation samples, a lone process taking the whole device. Process, container and \
+         pod GPU series sum their GPUs and appear once the workload has used one.\n\n",
     );
     s.push_str("| Name | Type | Labels | Help | Level |\n");
     s.push_str("|---|---|---|---|---|\n");

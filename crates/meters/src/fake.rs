@@ -249,6 +249,8 @@ impl PowerMeter for FakeMeter {
                     max: Some(self.max),
                 },
                 shares: None,
+                idle: None,
+                device: None,
             });
         }
         Ok(())

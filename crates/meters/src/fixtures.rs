@@ -308,3 +308,94 @@ fn write_atomic(path: &Path, value: &str) -> io::Result<()> {
     fs::write(&tmp, value)?;
     fs::rename(&tmp, path)
 }
+
+/// A simulated amdgpu host: `<sysfs>/class/drm/cardN` linked to a PCI device directory with
+/// its hwmon chip, and DRM clients in `<procfs>/<pid>/fdinfo/<fd>`.
+#[derive(Debug)]
+pub struct AmdGpuTree {
+    sysfs: PathBuf,
+    procfs: PathBuf,
+}
+
+impl AmdGpuTree {
+    pub fn create(sysfs: &Path, procfs: &Path) -> io::Result<Self> {
+        fs::create_dir_all(sysfs.join("class/drm"))?;
+        fs::create_dir_all(procfs)?;
+        Ok(AmdGpuTree {
+            sysfs: sysfs.to_path_buf(),
+            procfs: procfs.to_path_buf(),
+        })
+    }
+
+    /// Adds `card<index>` for the PCI device `pdev` (e.g. `0000:03:00.0`) with `vendor`
+    /// (`0x1002` for AMD), a hwmon chip holding `power_file` (`power1_average` or
+    /// `power1_input`) = `microwatts`, and optional `product_name` and `unique_id`. Also adds
+    /// the connector `card<index>-DP-1`, which the meter must ignore.
+    #[allow(clippy::too_many_arguments)]
+    pub fn add_card(
+        &self,
+        index: u32,
+        pdev: &str,
+        vendor: &str,
+        power_file: &str,
+        microwatts: u64,
+        product_name: Option<&str>,
+        unique_id: Option<&str>,
+    ) -> io::Result<()> {
+        let device = self.sysfs.join("devices/pci0000:00").join(pdev);
+        populate(
+            &device.join("hwmon/hwmon9"),
+            Some("amdgpu"),
+            &[(power_file, &format!("{microwatts}\n"))],
+        )?;
+        write_atomic(&device.join("vendor"), &format!("{vendor}\n"))?;
+        if let Some(name) = product_name {
+            write_atomic(&device.join("product_name"), &format!("{name}\n"))?;
+        }
+        if let Some(id) = unique_id {
+            write_atomic(&device.join("unique_id"), &format!("{id}\n"))?;
+        }
+        let card = self.sysfs.join(format!("class/drm/card{index}"));
+        fs::create_dir_all(&card)?;
+        std::os::unix::fs::symlink(&device, card.join("device"))?;
+        fs::create_dir_all(self.sysfs.join(format!("class/drm/card{index}-DP-1")))?;
+        Ok(())
+    }
+
+    /// Sets a card's power file.
+    pub fn set_power(&self, index: u32, power_file: &str, microwatts: u64) -> io::Result<()> {
+        let chip = self
+            .sysfs
+            .join(format!("class/drm/card{index}/device/hwmon/hwmon9"));
+        write_atomic(&chip.join(power_file), &format!("{microwatts}\n"))
+    }
+
+    /// Writes `<procfs>/<pid>/fdinfo/<fd>` for an amdgpu DRM client with `gfx_ns` of graphics
+    /// engine time, and `<procfs>/<pid>/fd/<fd>` linking to a render node.
+    pub fn set_client(
+        &self,
+        pid: u32,
+        fd: u32,
+        pdev: &str,
+        client_id: u64,
+        gfx_ns: u64,
+    ) -> io::Result<()> {
+        let dir = self.procfs.join(format!("{pid}/fdinfo"));
+        fs::create_dir_all(&dir)?;
+        let fd_dir = self.procfs.join(format!("{pid}/fd"));
+        fs::create_dir_all(&fd_dir)?;
+        let link = fd_dir.join(fd.to_string());
+        if fs::symlink_metadata(&link).is_err() {
+            // Dangling, as seen from the test: only the target's name matters.
+            std::os::unix::fs::symlink("/dev/dri/renderD128", &link)?;
+        }
+        write_atomic(
+            &dir.join(fd.to_string()),
+            &format!(
+                "pos:\t0\nflags:\t02100002\nmnt_id:\t24\ndrm-driver:\tamdgpu\ndrm-pdev:\t{pdev}\n\
+                 drm-client-id:\t{client_id}\ndrm-memory-vram:\t1024 KiB\n\
+                 drm-engine-gfx:\t{gfx_ns} ns\ndrm-engine-dec:\t0 ns\n"
+            ),
+        )
+    }
+}

@@ -231,6 +231,8 @@ impl PowerMeter for HwmonMeter {
                 path: s.path.clone(),
                 sample,
                 shares: None,
+                idle: None,
+                device: None,
             });
         }
         Ok(())

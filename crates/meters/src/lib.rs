@@ -8,6 +8,8 @@
 //!   power hardware;
 //! - [`model::ModelMeter`] (`model`): power estimated by a model, opened by
 //!   [`model::open_model_meter`] (model choice, download and refresh all live in [`model`]).
+//! - [`gpu::GpuMeter`] (`nvml`, `amdgpu`, `fake-gpu`): one zone per GPU with the device's idle
+//!   power and per-process shares.
 //!
 //! Meters read from the sysfs root they are given (`host.sysfs`), so every one of them runs on
 //! fixture trees (see the `fixtures` feature). They report raw readings, one per socket or
@@ -21,6 +23,7 @@
 #![warn(clippy::unwrap_used, clippy::expect_used)]
 
 pub mod fake;
+pub mod gpu;
 pub mod hwmon;
 pub mod model;
 pub mod msr;
@@ -54,7 +57,7 @@ pub use registry::{
 pub struct MeterSettings {
     /// Root of sysfs (`host.sysfs`).
     pub sysfs: PathBuf,
-    /// Root of procfs (`host.procfs`), for cpuinfo.
+    /// Root of procfs (`host.procfs`): cpuinfo, and the DRM fdinfo the amdgpu meter reads.
     pub procfs: PathBuf,
     /// `monitor.interval`: how long meters must keep counting between two reads.
     pub interval: Duration,
@@ -66,6 +69,8 @@ pub struct MeterSettings {
     pub fake: FakeSettings,
     /// `msr`.
     pub msr: MsrConfig,
+    /// `experimental.gpu` and `dev.fake-gpu`.
+    pub gpu: gpu::GpuSettings,
 }
 
 impl Default for MeterSettings {
@@ -78,6 +83,7 @@ impl Default for MeterSettings {
             hwmon_zones: Vec::new(),
             fake: FakeSettings::default(),
             msr: MsrConfig::default(),
+            gpu: gpu::GpuSettings::default(),
         }
     }
 }

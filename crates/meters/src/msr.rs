@@ -35,7 +35,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use kepler_core::{MeterInput, PowerMeter, ReadError, Unavailable, ZoneReading, ZoneSample};
+use kepler_core::{MeterInput, PowerMeter, ReadError, Unavailable, ZoneReading};
 use serde::Deserialize;
 use tracing::debug;
 
@@ -180,15 +180,12 @@ impl PowerMeter for MsrMeter {
                 path: register_path(&f.path, c.offset),
                 source,
             })?;
-            out.push(ZoneReading {
-                zone: c.zone.clone(),
-                path: c.path.clone(),
-                sample: ZoneSample::Energy {
-                    counter: c.unit.micro_joules(low_32(value)),
-                    max: Some(c.unit.wrap_max()),
-                },
-                shares: None,
-            });
+            out.push(ZoneReading::energy(
+                c.zone.clone(),
+                c.path.clone(),
+                c.unit.micro_joules(low_32(value)),
+                Some(c.unit.wrap_max()),
+            ));
         }
         Ok(())
     }

@@ -137,6 +137,8 @@ impl PowerMeter for RaplMeter {
                     max: z.max,
                 },
                 shares: None,
+                idle: None,
+                device: None,
             });
         }
         Ok(())

@@ -11,6 +11,7 @@ use std::str::FromStr;
 use kepler_core::{Feature, PowerDomain, PowerMeter, Unavailable};
 use tracing::info;
 
+use crate::gpu::{self, GpuMeter};
 use crate::{msr, FakeMeter, HwmonMeter, MeterSettings, MsrMeter, RaplMeter};
 
 /// Opens the estimation meter from the features the usage source provides. The agent supplies
@@ -103,7 +104,66 @@ static ROWS: &[MeterRow] = &[
             )?))
         },
     },
+    // GPU chain: the scripted devices when `dev.fake-gpu` asks for them, then the vendors.
+    MeterRow {
+        name: gpu::fake::NAME,
+        domain: PowerDomain::Gpu,
+        open: |cx| {
+            let g = &cx.settings.gpu;
+            let fake = g
+                .fake
+                .as_ref()
+                .ok_or_else(|| Unavailable::new("dev.fake-gpu.enabled is false"))?;
+            let backend = gpu::fake::FakeGpu::new(fake.devices.clone());
+            if fake.devices.is_empty() {
+                return Err(Unavailable::new("dev.fake-gpu lists no devices"));
+            }
+            Ok(Box::new(GpuMeter::new(
+                gpu::fake::NAME,
+                Box::new(backend),
+                g.idle_power,
+            )))
+        },
+    },
+    MeterRow {
+        name: gpu::nvml::NAME,
+        domain: PowerDomain::Gpu,
+        open: |cx| {
+            let g = gpu_enabled(cx)?;
+            let backend = gpu::nvml::NvmlGpu::open()?;
+            Ok(Box::new(GpuMeter::new(
+                gpu::nvml::NAME,
+                Box::new(backend),
+                g.idle_power,
+            )))
+        },
+    },
+    MeterRow {
+        name: gpu::amdgpu::NAME,
+        domain: PowerDomain::Gpu,
+        open: |cx| {
+            let g = gpu_enabled(cx)?;
+            let s = cx.settings;
+            let backend = gpu::amdgpu::AmdGpu::open(&s.sysfs, &s.procfs)?;
+            Ok(Box::new(GpuMeter::new(
+                gpu::amdgpu::NAME,
+                Box::new(backend),
+                g.idle_power,
+            )))
+        },
+    },
 ];
+
+/// GPU meters touch vendor libraries and devices only when asked to (upstream's
+/// `experimental.gpu.enabled`).
+fn gpu_enabled<'a>(cx: &OpenContext<'a>) -> Result<&'a gpu::GpuSettings, Unavailable> {
+    let g = &cx.settings.gpu;
+    if g.enabled {
+        Ok(g)
+    } else {
+        Err(Unavailable::new("experimental.gpu.enabled is false"))
+    }
+}
 
 /// The estimation meter: the CPU chain's last resort.
 const MODEL: &str = "model";
@@ -368,17 +428,21 @@ mod tests {
             assert!(!names[i + 1..].contains(name), "{name} is listed twice");
             assert_eq!(name.to_ascii_lowercase(), *name, "names are lower case");
         }
+        let gpu: Vec<&str> = MeterName::of_domain(PowerDomain::Gpu)
+            .map(MeterName::as_str)
+            .collect();
+        assert_eq!(gpu, ["fake-gpu", "nvml", "amdgpu"]);
         assert_eq!(MeterName::model().map(MeterName::as_str), Some(MODEL));
         assert_eq!(MeterName::fake().map(MeterName::as_str), Some(FAKE));
     }
 
     #[test]
     fn unknown_names_do_not_parse() {
-        let err = "nvml".parse::<MeterName>().unwrap_err();
-        assert_eq!(err.name, "nvml");
+        let err = "tpu".parse::<MeterName>().unwrap_err();
+        assert_eq!(err.name, "tpu");
         assert_eq!(
             err.to_string(),
-            "unknown meter \"nvml\" (known: rapl, msr, hwmon, fake, model, acpi)"
+            "unknown meter \"tpu\" (known: rapl, msr, hwmon, fake, model, acpi, fake-gpu, nvml, amdgpu)"
         );
     }
 }

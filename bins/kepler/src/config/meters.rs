@@ -6,6 +6,7 @@ use std::path::PathBuf;
 use kepler_meters::MeterName;
 use serde::Deserialize;
 
+use super::gpu::{FakeGpuConfig, GpuConfig};
 use super::GoDuration;
 
 #[derive(Clone, Debug, Deserialize, PartialEq)]
@@ -63,17 +64,12 @@ pub struct HwmonConfig {
 }
 
 #[derive(Clone, Debug, Default, Deserialize, PartialEq)]
-#[serde(default, rename_all = "camelCase")]
-pub struct GpuConfig {
-    pub enabled: bool,
-    pub idle_power: Option<f64>,
-}
-
-#[derive(Clone, Debug, Default, Deserialize, PartialEq)]
 #[serde(default)]
 pub struct DevConfig {
     #[serde(rename = "fake-cpu-meter")]
     pub fake_cpu_meter: FakeMeterConfig,
+    #[serde(rename = "fake-gpu")]
+    pub fake_gpu: FakeGpuConfig,
 }
 
 #[derive(Clone, Debug, Default, Deserialize, PartialEq)]

@@ -30,6 +30,7 @@ impl Attributor {
                     zone: z.zone.clone(),
                     path: z.path.clone(),
                     meta: z.meta.clone(),
+                    device: z.device.clone(),
                     total: z.total,
                     active: z.active,
                     idle: z.idle,

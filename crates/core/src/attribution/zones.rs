@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::{Attributor, IdlePolicy};
-use crate::domain::{PowerDomain, ZoneMeta};
+use crate::domain::{DeviceInfo, PowerDomain, ZoneMeta};
 use crate::energy::{ProcessShare, ZoneEnergy, ZoneWeights};
 use crate::snapshot::ZoneValue;
 use crate::units::{MicroJoules, Watts};
@@ -15,6 +15,7 @@ pub(super) struct NodeZoneState {
     pub(super) zone: Arc<str>,
     pub(super) path: Arc<str>,
     pub(super) meta: Arc<ZoneMeta>,
+    pub(super) device: Option<Arc<DeviceInfo>>,
     pub(super) total: ZoneValue,
     pub(super) active: ZoneValue,
     pub(super) idle: ZoneValue,
@@ -38,6 +39,7 @@ impl Attributor {
             zone: energy.zone.clone(),
             path: energy.path.clone(),
             meta: energy.meta.clone(),
+            device: energy.device.clone(),
             total: ZoneValue::default(),
             active: ZoneValue::default(),
             idle: ZoneValue::default(),
@@ -48,16 +50,22 @@ impl Attributor {
     }
 
     /// Splits a zone's energy into (idle, active) under the configured policy, learning the
-    /// measured baseline on the way. A zone whose meter leaves idle out is all active.
+    /// measured baseline on the way. A zone whose meter leaves idle out is all active; a zone
+    /// whose meter reports its device's idle (GPUs) uses that, capped at the energy.
     fn idle_active(
         &mut self,
         zone: usize,
         energy: MicroJoules,
+        device_idle: Option<MicroJoules>,
         ratio: f64,
         interval: Duration,
     ) -> (MicroJoules, MicroJoules) {
         if !self.zones[zone].meta.includes_idle {
             return (MicroJoules::ZERO, energy);
+        }
+        if let Some(idle) = device_idle {
+            let idle = idle.min(energy);
+            return (idle, energy - idle);
         }
         let by_ratio = || {
             let idle = MicroJoules(((1.0 - ratio) * energy.0 as f64).round() as u64).min(energy);
@@ -115,9 +123,12 @@ impl Attributor {
             if !Arc::ptr_eq(&self.zones[z].meta, &energy.meta) {
                 self.zones[z].meta = energy.meta.clone();
             }
-            let (idle, active) = self.idle_active(z, energy.energy, ratio, interval);
+            let (idle, active) = self.idle_active(z, energy.energy, energy.idle, ratio, interval);
             let state = &mut self.zones[z];
             state.path = energy.path.clone();
+            if state.device != energy.device {
+                state.device = energy.device.clone();
+            }
             state.total.energy += energy.energy;
             state.total.watts = energy.energy.over(interval);
             state.idle.energy += idle;
