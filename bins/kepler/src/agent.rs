@@ -48,7 +48,8 @@ pub fn run(config: Config) -> Result<()> {
     let setup::Usage {
         source, ebpf_stats, ..
     } = setup::usage_source(&config, catalogue.clone())?;
-    let setup::Selection { meters, attempts } = setup::select_meters(&config, &source.features());
+    let setup::Selection { meters, attempts } =
+        setup::select_meters(&config, &source.features(), &mut service, &health);
     info!(
         node = %node_name,
         source = source.name(),

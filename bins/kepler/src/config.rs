@@ -28,7 +28,7 @@ pub use self::ebpf::{EbpfConfig, EbpfMode};
 pub use self::estimator::{EstimatorConfig, EstimatorFamily, EstimatorOutput};
 pub use self::kube::{KubeConfig, PodInformerConfig, PodInformerMode};
 pub use self::meters::{
-    CpuConfig, DevConfig, ExperimentalConfig, FakeMeterConfig, GpuConfig, HwmonConfig,
+    CpuConfig, DevConfig, ExperimentalConfig, FakeMeterConfig, GpuConfig, HwmonConfig, IpmiConfig,
     PlatformConfig, RaplConfig, RedfishConfig,
 };
 pub use crate::logging::{LogConfig, LogFormat, LogLevel};
@@ -68,6 +68,7 @@ pub struct Config {
     pub attribution: AttributionSection,
     pub estimator: EstimatorConfig,
     pub ebpf: EbpfConfig,
+    pub ipmi: IpmiConfig,
 }
 
 #[derive(Clone, Debug, Deserialize, PartialEq)]
@@ -331,6 +332,24 @@ impl Config {
                 "must be between 0 and 1".into(),
             ));
         }
+        let redfish = &self.experimental.platform.redfish;
+        if redfish.enabled && redfish.config_file.is_none() {
+            return Err(invalid(
+                "experimental.platform.redfish.configFile",
+                "must name the BMC file when redfish is enabled".into(),
+            ));
+        }
+        for (key, limit) in [
+            (
+                "experimental.platform.redfish.httpTimeout",
+                redfish.http_timeout,
+            ),
+            ("ipmi.timeout", self.ipmi.timeout),
+        ] {
+            if limit.is_some_and(|d| d.0.is_zero()) {
+                return Err(invalid(key, "must be longer than 0s".into()));
+            }
+        }
         if self.estimator.model.trim().is_empty() {
             return Err(invalid(
                 "estimator.model",
@@ -348,9 +367,6 @@ impl Config {
             keys.push(
                 "kube.enabled (pod names and namespaces; pod ids still come from cgroup paths)",
             );
-        }
-        if self.experimental.platform.redfish.enabled {
-            keys.push("experimental.platform.redfish.enabled");
         }
         if self.experimental.gpu.enabled {
             keys.push("experimental.gpu.enabled");

@@ -38,6 +38,9 @@ pub fn report(config: &Config) -> String {
         settings: &settings,
         features: &features,
         estimator: Some(&estimator),
+        // No service runs here: slow meters ask their device once and say what it answered.
+        spawn: None,
+        health: None,
     };
     let domains = registry::probe(&config.meter_chains(), &cx);
     let _ = writeln!(out, "\nPower meters, per domain:");
@@ -150,7 +153,9 @@ mod tests {
         let rapl = position("  rapl     available      zones: package (measured)");
         let fake = position("  fake     available      [not in the chain]");
         assert!(chain < hwmon && hwmon < rapl && rapl < fake, "{out}");
-        position("  selected: rapl\nplatform: no meters yet\n  selected: none\n");
+        position(
+            "  selected: rapl\nplatform (tried in order: redfish, ipmi):\n  redfish  not available  experimental.platform.redfish.enabled is false\n  ipmi     not available  ipmi.enabled is false\n  selected: none\n",
+        );
         position("gpu: no meters yet");
         assert!(out.ends_with("Selected meters: cpu: rapl\n"), "{out}");
     }

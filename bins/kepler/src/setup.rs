@@ -1,18 +1,24 @@
 //! Choosing sources and meters for this host, and the facts the exporter labels with.
 
+use std::cell::RefCell;
 use std::sync::Arc;
 
 use anyhow::{Context, Result};
-use kepler_core::{Catalogue, PowerMeter, Unavailable, UsageSource};
+use kepler_core::{Catalogue, Health, PowerMeter, StopSignal, Unavailable, UsageSource};
 use kepler_exporters::BuildInfo;
 use kepler_meters::{registry, FakeSettings, MeterSettings, OpenContext};
 pub use kepler_meters::{Attempt, Selection};
 use tracing::info;
 
 use crate::config::{Config, EbpfMode};
+use crate::service::Service;
 
 pub fn meter_settings(config: &Config) -> MeterSettings {
     MeterSettings {
+        node_name: node_name(config),
+        poll_interval: config.monitor.interval.0,
+        redfish: config.experimental.platform.redfish.settings(),
+        ipmi: config.ipmi.settings(),
         sysfs: config.host.sysfs.clone(),
         rapl_zones: config.rapl.zones.clone(),
         hwmon_zones: config.experimental.hwmon.zones.clone(),
@@ -40,14 +46,27 @@ pub fn open_estimator(
 
 /// The meters of the tick: for each power domain, the first meter of its fallback chain that
 /// opens; `features` are those the usage source provides (what a model may use). The
-/// attempts say why each meter before it could not be used.
-pub fn select_meters(config: &Config, features: &[String]) -> Selection {
+/// attempts say why each meter before it could not be used. Slow meters start their pollers
+/// on `service` and report them in `health`.
+pub fn select_meters(
+    config: &Config,
+    features: &[String],
+    service: &mut Service,
+    health: &Health,
+) -> Selection {
     let settings = meter_settings(config);
     let estimator = |f: &[String]| open_estimator(config, f);
+    // The registry's spawner is a shared `Fn`; the service needs `&mut` to record threads.
+    let service = RefCell::new(service);
+    let spawn = |name: &str, work: Box<dyn FnOnce(StopSignal) + Send>| {
+        service.borrow_mut().spawn(name, work)
+    };
     let cx = OpenContext {
         settings: &settings,
         features,
         estimator: Some(&estimator),
+        spawn: Some(&spawn),
+        health: Some(health),
     };
     registry::select(&config.meter_chains(), &cx)
 }
@@ -189,8 +208,12 @@ mod tests {
             .config
     }
 
+    fn select(config: &Config) -> Selection {
+        select_meters(config, &[], &mut Service::new(), &Health::new())
+    }
+
     fn selected(config: &Config) -> Vec<String> {
-        select_meters(config, &[])
+        select(config)
             .meters
             .iter()
             .map(|m| format!("{}/{}", m.domain(), m.name()))
@@ -207,7 +230,7 @@ mod tests {
         let upper = config(dir.path(), "cpu:\n  preferredMeters: [RAPL, Hwmon]\n");
         // No powercap tree yet: hwmon, and the attempts say why rapl was passed over.
         assert_eq!(selected(&upper), vec!["cpu/hwmon"]);
-        let attempts = select_meters(&upper, &[]).attempts;
+        let attempts = select(&upper).attempts;
         assert_eq!(attempts[0].domain, PowerDomain::Cpu);
         assert_eq!(attempts[0].meter.as_str(), "rapl");
         assert!(describe_failures(&attempts).starts_with("cpu/rapl: "));

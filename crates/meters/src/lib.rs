@@ -4,7 +4,9 @@
 //! - [`hwmon::HwmonMeter`] (`hwmon`): power and energy sensors of hwmon chips, the ACPI power
 //!   meter included;
 //! - [`fake::FakeMeter`] (`fake`): deterministic numbers for development on hosts without
-//!   power hardware.
+//!   power hardware;
+//! - [`redfish`] (`redfish`) and [`ipmi`] (`ipmi`): platform power from the node's BMC, over
+//!   Redfish or IPMI DCMI, behind the [`polled`] adapter.
 //!
 //! Meters read from the sysfs root they are given (`host.sysfs`), so every one of them runs on
 //! fixture trees (see the `fixtures` feature). They report raw readings, one per socket or
@@ -19,9 +21,11 @@
 
 pub mod fake;
 pub mod hwmon;
+pub mod ipmi;
 pub mod model;
 pub mod polled;
 pub mod rapl;
+pub mod redfish;
 pub mod registry;
 mod sysfs;
 
@@ -32,11 +36,13 @@ use std::path::PathBuf;
 
 pub use fake::{Clock, FakeMeter, FakeSettings, ManualClock, MonotonicClock};
 pub use hwmon::HwmonMeter;
+pub use ipmi::{IpmiInterface, IpmiSettings};
 pub use model::{ModelFile, ModelMeter, OutputType};
-pub use polled::{PollTiming, PolledMeter, Poller, SlowDevice};
+pub use polled::{PollTiming, Polled, PolledMeter, Poller, SlowDevice};
 pub use rapl::RaplMeter;
+pub use redfish::RedfishSettings;
 pub use registry::{
-    Attempt, Chain, DomainProbe, MeterName, OpenContext, OpenEstimator, ProbeRow, Selection,
+    Attempt, Chain, DomainProbe, MeterName, OpenContext, OpenEstimator, ProbeRow, Selection, Spawn,
     UnknownMeter,
 };
 
@@ -51,6 +57,15 @@ pub struct MeterSettings {
     pub hwmon_zones: Vec<String>,
     /// `dev.fake-cpu-meter`.
     pub fake: FakeSettings,
+    /// The agent's node name (`kube.nodeName`, else the hostname): the BMC file's key when
+    /// the Redfish section names no node.
+    pub node_name: String,
+    /// `monitor.interval`: how often slow meters ask their device.
+    pub poll_interval: std::time::Duration,
+    /// `experimental.platform.redfish`.
+    pub redfish: RedfishSettings,
+    /// `ipmi`.
+    pub ipmi: IpmiSettings,
 }
 
 impl Default for MeterSettings {
@@ -60,6 +75,10 @@ impl Default for MeterSettings {
             rapl_zones: Vec::new(),
             hwmon_zones: Vec::new(),
             fake: FakeSettings::default(),
+            node_name: String::new(),
+            poll_interval: std::time::Duration::from_secs(5),
+            redfish: RedfishSettings::default(),
+            ipmi: IpmiSettings::default(),
         }
     }
 }

@@ -8,7 +8,7 @@
 use std::fmt;
 use std::str::FromStr;
 
-use kepler_core::{PowerDomain, PowerMeter, Unavailable};
+use kepler_core::{Health, PowerDomain, PowerMeter, StopSignal, Unavailable};
 use tracing::info;
 
 use crate::{FakeMeter, HwmonMeter, MeterSettings, RaplMeter};
@@ -18,6 +18,10 @@ use crate::{FakeMeter, HwmonMeter, MeterSettings, RaplMeter};
 /// crate does not read.
 pub type OpenEstimator<'a> = dyn Fn(&[String]) -> Result<Box<dyn PowerMeter>, Unavailable> + 'a;
 
+/// Starts a named background thread on the agent's service (which stops it with the
+/// agent); used by meters of slow devices for their pollers.
+pub type Spawn<'a> = dyn Fn(&str, Box<dyn FnOnce(StopSignal) + Send>) -> std::io::Result<()> + 'a;
+
 /// What opening a meter may use.
 pub struct OpenContext<'a> {
     pub settings: &'a MeterSettings,
@@ -25,6 +29,11 @@ pub struct OpenContext<'a> {
     pub features: &'a [String],
     /// How to open the `model` meter; `None` leaves it unavailable.
     pub estimator: Option<&'a OpenEstimator<'a>>,
+    /// Where slow meters start their poller; `None` (`kepler probe`) makes them ask their
+    /// device once while opening instead.
+    pub spawn: Option<&'a Spawn<'a>>,
+    /// The agent's health, where pollers report; `None` keeps their state private.
+    pub health: Option<&'a Health>,
 }
 
 impl<'a> OpenContext<'a> {
@@ -34,6 +43,8 @@ impl<'a> OpenContext<'a> {
             settings,
             features: &[],
             estimator: None,
+            spawn: None,
+            health: None,
         }
     }
 }
@@ -80,6 +91,16 @@ static ROWS: &[MeterRow] = &[
             Some(open) => open(cx.features),
             None => Err(Unavailable::new("no estimation model is configured")),
         },
+    },
+    MeterRow {
+        name: crate::redfish::NAME,
+        domain: PowerDomain::Platform,
+        open: |cx| Ok(Box::new(crate::redfish::open(cx)?)),
+    },
+    MeterRow {
+        name: crate::ipmi::NAME,
+        domain: PowerDomain::Platform,
+        open: |cx| Ok(Box::new(crate::ipmi::open(cx)?)),
     },
 ];
 
@@ -349,7 +370,7 @@ mod tests {
         assert_eq!(err.name, "nvml");
         assert_eq!(
             err.to_string(),
-            "unknown meter \"nvml\" (known: rapl, hwmon, fake, model)"
+            "unknown meter \"nvml\" (known: rapl, hwmon, fake, model, redfish, ipmi)"
         );
     }
 }

@@ -181,6 +181,7 @@ fn the_model_is_opened_by_the_callers_estimator_with_the_sources_features() {
         settings: &settings,
         features: &features,
         estimator: Some(&estimator),
+        ..OpenContext::new(&settings)
     };
     let selection = select(&chains(&names(&["rapl", "hwmon"]), false), &cx);
     assert_eq!(selection.meters.len(), 1, "the estimator's meter is taken");

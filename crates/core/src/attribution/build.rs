@@ -95,6 +95,7 @@ impl Attributor {
                 })
                 .collect(),
             features: None,
+            platform: Vec::new(),
         }
     }
 }
