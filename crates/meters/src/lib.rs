@@ -46,6 +46,11 @@ pub use registry::{
     UnknownMeter,
 };
 
+/// Log filter directives every subscriber of a process using the BMC meters must add, whatever
+/// level the user asks for: at trace level the HTTP stack hex-dumps whole requests, which
+/// carry the Redfish login's password and session tokens. Its debug level redacts them.
+pub const QUIET_LOG_TARGETS: [&str; 2] = ["ureq=debug", "ureq_proto=debug"];
+
 /// What the meters need from the configuration.
 #[derive(Clone, Debug, PartialEq)]
 pub struct MeterSettings {

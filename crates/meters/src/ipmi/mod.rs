@@ -295,7 +295,7 @@ pub fn open(cx: &OpenContext<'_>) -> Result<PolledMeter, Unavailable> {
     let timing = PollTiming {
         every: cx.settings.poll_interval,
         staleness: s.staleness.max(cx.settings.poll_interval),
-        max_backoff: Duration::from_secs(300).max(cx.settings.poll_interval),
+        max_backoff: crate::redfish::backoff_limit(cx.settings.poll_interval),
     };
     crate::polled::start(
         cx,

@@ -114,7 +114,7 @@ pub fn open(cx: &OpenContext<'_>) -> Result<PolledMeter, Unavailable> {
     let timing = PollTiming {
         every: cx.settings.poll_interval,
         staleness: s.staleness.max(cx.settings.poll_interval),
-        max_backoff: Duration::from_secs(300).max(cx.settings.poll_interval),
+        max_backoff: backoff_limit(cx.settings.poll_interval),
     };
     crate::polled::start(
         cx,
@@ -125,4 +125,10 @@ pub fn open(cx: &OpenContext<'_>) -> Result<PolledMeter, Unavailable> {
         timing,
         detail,
     )
+}
+
+/// The longest wait between polls of a failing device: a minute's worth of intervals, at most
+/// five minutes, so a BMC that comes back is read again within minutes at the latest.
+pub(crate) fn backoff_limit(every: Duration) -> Duration {
+    (every * 60).clamp(every, Duration::from_secs(300))
 }

@@ -1,0 +1,4 @@
+//! Helpers shared by the meters' integration tests.
+
+pub mod bmc;
+pub mod logs;
