@@ -8,6 +8,8 @@ packages=(
   stress-ng    # the CPU workload the end-to-end tests attribute power to
   clang llvm libbpf-dev bpftool  # rebuilding and checking the committed eBPF object
   util-linux   # setpriv, to run the agent without capabilities in tests
+  ipmitool openipmi  # the ipmi meter's tool, and ipmi_sim (an RMCP+ BMC simulator) for its tests
+  python3-venv # a venv for sushy-tools (Redfish emulator) in the redfish tests
 )
 missing=()
 for p in "${packages[@]}"; do

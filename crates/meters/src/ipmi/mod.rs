@@ -72,7 +72,8 @@ impl<'de> serde::Deserialize<'de> for IpmiInterface {
 pub struct IpmiSettings {
     pub enabled: bool,
     pub interface: IpmiInterface,
-    /// `address`: the BMC's host name or address, for `lanplus`.
+    /// `address`: the BMC's host name or address, for `lanplus`; `host:port` (or
+    /// `[v6]:port`) when the BMC does not listen on 623.
     pub address: Option<String>,
     pub username: Option<String>,
     /// `passwordFile`: the file holding the BMC password (read at each poll, so a rotated
@@ -145,9 +146,12 @@ impl IpmiDevice {
                 // One retry with ipmitool's own timeout inside ours, so a silent BMC ends in
                 // ipmitool's message rather than our kill.
                 let secs = (s.timeout.as_secs() / 2).max(1).to_string();
-                cmd.args(["-I", "lanplus", "-H"])
-                    .arg(s.address.as_deref().unwrap_or_default())
-                    .args(["-N", &secs, "-R", "1"]);
+                let (host, port) = split_port(s.address.as_deref().unwrap_or_default());
+                cmd.args(["-I", "lanplus", "-H", host]);
+                if let Some(port) = port {
+                    cmd.args(["-p", port]);
+                }
+                cmd.args(["-N", &secs, "-R", "1"]);
                 if let Some(user) = &s.username {
                     cmd.arg("-U").arg(user);
                 }
@@ -308,6 +312,20 @@ pub fn open(cx: &OpenContext<'_>) -> Result<PolledMeter, Unavailable> {
     )
 }
 
+/// `host:port` → (`host`, `port`); a bare host, a bare IPv6 address or `[v6]:port` as such.
+fn split_port(address: &str) -> (&str, Option<&str>) {
+    if let Some(rest) = address.strip_prefix('[') {
+        if let Some((host, port)) = rest.split_once("]:") {
+            return (host, Some(port));
+        }
+        return (rest.trim_end_matches(']'), None);
+    }
+    match address.split_once(':') {
+        Some((host, port)) if !port.contains(':') => (host, Some(port)),
+        _ => (address, None),
+    }
+}
+
 /// `program` itself when it names a path, else the first match on `PATH`.
 fn find_program(program: &Path) -> Option<PathBuf> {
     if program.components().count() > 1 {
@@ -317,4 +335,18 @@ fn find_program(program: &Path) -> Option<PathBuf> {
     std::env::split_paths(&path)
         .map(|dir| dir.join(program))
         .find(|candidate| candidate.is_file())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::split_port;
+
+    #[test]
+    fn addresses_with_and_without_ports() {
+        assert_eq!(split_port("bmc"), ("bmc", None));
+        assert_eq!(split_port("10.0.0.1:1623"), ("10.0.0.1", Some("1623")));
+        assert_eq!(split_port("fe80::1"), ("fe80::1", None));
+        assert_eq!(split_port("[fe80::1]:623"), ("fe80::1", Some("623")));
+        assert_eq!(split_port("[fe80::1]"), ("fe80::1", None));
+    }
 }
