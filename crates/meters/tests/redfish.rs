@@ -300,10 +300,7 @@ fn probe_asks_once_and_never_shows_the_password() {
     // Nobody listens any more.
     let meter = redfish.open(&OpenContext::new(&settings)).unwrap();
     let detail = meter.detail().unwrap();
-    assert!(
-        detail.contains("did not answer: GET /redfish/v1"),
-        "{detail}"
-    );
+    assert!(detail.contains("did not answer: /redfish/v1"), "{detail}");
     no_secret_anywhere(&[&detail]);
 }
 

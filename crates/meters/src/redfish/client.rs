@@ -88,33 +88,30 @@ impl Client {
             .send(body.to_string())
             .map_err(|e| transport(SESSIONS, e))?;
         let status = response.status().as_u16();
-        match status {
-            200..=299 => {
-                let token = response
-                    .headers()
-                    .get("X-Auth-Token")
-                    .and_then(|t| t.to_str().ok())
-                    .filter(|t| !t.is_empty())
-                    .ok_or_else(|| RedfishError::Answer {
-                        path: SESSIONS.into(),
-                        message: "session created without an X-Auth-Token".into(),
-                    })?;
+        let token = response
+            .headers()
+            .get("X-Auth-Token")
+            .and_then(|t| t.to_str().ok())
+            .filter(|t| !t.is_empty());
+        match (status, token) {
+            (200..=299, Some(token)) => {
                 debug!(endpoint = self.endpoint, "Redfish session opened");
                 self.auth = Auth::Session(Secret::new(token));
                 Ok(())
             }
-            // No session service here: every request carries basic auth instead.
-            404 | 405 | 501 => {
+            // No session service here (or one that hands out no token, as simple emulators
+            // do): every request carries basic auth instead.
+            (200..=299 | 404 | 405 | 501, _) => {
                 debug!(
                     endpoint = self.endpoint,
-                    status, "no Redfish session service; using basic auth"
+                    status, "no Redfish session token; using basic auth"
                 );
                 let pair = format!("{}:{}", self.username, self.password.expose());
                 let encoded = base64::engine::general_purpose::STANDARD.encode(pair);
                 self.auth = Auth::Basic(Secret::new(format!("Basic {encoded}")));
                 Ok(())
             }
-            401 | 403 => Err(RedfishError::Auth { status }),
+            (401 | 403, _) => Err(RedfishError::Auth { status }),
             _ => Err(RedfishError::Status {
                 path: SESSIONS.into(),
                 status,
@@ -182,7 +179,7 @@ impl Fetch for Client {
 fn transport(path: &str, e: ureq::Error) -> RedfishError {
     let message = match e {
         ureq::Error::Timeout(t) => format!("timed out ({t})"),
-        ureq::Error::Io(io) => io.kind().to_string(),
+        ureq::Error::Io(io) => io.to_string(),
         ureq::Error::ConnectionFailed => "connection failed".into(),
         ureq::Error::HostNotFound => "host not found".into(),
         ureq::Error::Tls(t) => format!("TLS: {t}"),

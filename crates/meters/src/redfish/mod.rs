@@ -58,7 +58,7 @@ impl Default for RedfishSettings {
 /// What went wrong talking to a BMC. Never holds a password or token.
 #[derive(Debug, thiserror::Error)]
 pub enum RedfishError {
-    #[error("GET {path}: {message}")]
+    #[error("{path}: {message}")]
     Transport { path: String, message: String },
     #[error("{path}: HTTP status {status}")]
     Status { path: String, status: u16 },
