@@ -34,8 +34,12 @@ fn fake_ipmitool(dir: &Path, body: &str) -> PathBuf {
         "#!/bin/sh\necho \"$@\" > '{0}/args'\n[ \"$IPMI_PASSWORD\" = '{PASSWORD}' ] && echo yes > '{0}/env'\n{body}\n",
         dir.display()
     );
-    std::fs::write(&path, script).unwrap();
-    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
+    // Written aside and renamed over: the poller may be running the old script, and writing
+    // a file that is being executed fails (ETXTBSY).
+    let new = dir.join("ipmitool.new");
+    std::fs::write(&new, script).unwrap();
+    std::fs::set_permissions(&new, std::fs::Permissions::from_mode(0o755)).unwrap();
+    std::fs::rename(&new, &path).unwrap();
     path
 }
 
