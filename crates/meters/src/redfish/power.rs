@@ -26,9 +26,29 @@ pub const ZONE: &str = "platform";
 /// misbehaving BMC cannot keep the poller busy without end.
 pub const MAX_MEMBERS: usize = 32;
 
+/// The most GETs one poll makes. A server with a few chassis and supplies needs a dozen; a
+/// BMC whose links go on and on is cut off here rather than keeping the poller busy.
+pub const MAX_REQUESTS: usize = 128;
+
 /// GETs one Redfish resource by its `@odata.id` path.
 pub trait Fetch {
     fn get(&mut self, path: &str) -> Result<Value, RedfishError>;
+}
+
+/// A [`Fetch`] that refuses to make more than [`MAX_REQUESTS`] requests.
+struct Budget<'f> {
+    inner: &'f mut dyn Fetch,
+    left: usize,
+}
+
+impl Fetch for Budget<'_> {
+    fn get(&mut self, path: &str) -> Result<Value, RedfishError> {
+        self.left = self.left.checked_sub(1).ok_or(RedfishError::Answer {
+            path: path.to_string(),
+            message: format!("more than {MAX_REQUESTS} resources to read in one poll"),
+        })?;
+        self.inner.get(path)
+    }
 }
 
 struct Source {
@@ -48,6 +68,10 @@ struct Chassis {
 /// Reads every chassis of the BMC. A chassis that fails is skipped when others answer (as
 /// upstream does); the poll fails when none has a reading.
 pub fn collect(fetch: &mut dyn Fetch, bmc_id: &str) -> Result<Polled, RedfishError> {
+    let fetch = &mut Budget {
+        inner: fetch,
+        left: MAX_REQUESTS,
+    };
     let list = fetch.get("/redfish/v1/Chassis")?;
     let mut chassis = Vec::new();
     let mut first_error = None;
@@ -387,5 +411,27 @@ mod tests {
         assert_eq!(zone_sum(&polled), 90.0);
         let mut garbage = Map(HashMap::from([("/redfish/v1/Chassis", json!([1, 2]))]));
         assert!(collect(&mut garbage, "b").is_err());
+    }
+
+    /// A BMC that lists every resource as a chassis of 32 supplies without readings.
+    struct Endless(usize);
+
+    impl Fetch for Endless {
+        fn get(&mut self, _: &str) -> Result<Value, RedfishError> {
+            self.0 += 1;
+            let members: Vec<Value> = (0..MAX_MEMBERS)
+                .map(|i| json!({"@odata.id": format!("/x/{i}")}))
+                .collect();
+            Ok(json!({"Members": members,
+                      "PowerSubsystem": {"@odata.id": "/s"}, "PowerSupplies": {"@odata.id": "/l"}}))
+        }
+    }
+
+    #[test]
+    fn one_poll_makes_a_bounded_number_of_requests() {
+        let mut bmc = Endless(0);
+        let error = collect(&mut bmc, "b").unwrap_err().to_string();
+        assert!(error.contains("more than 128 resources"), "{error}");
+        assert_eq!(bmc.0, MAX_REQUESTS);
     }
 }
