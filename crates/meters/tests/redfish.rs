@@ -177,6 +177,18 @@ fn a_session_reads_power_supplies_and_controls_and_logs_in_again_after_401() {
         .unwrap();
     assert_eq!(poller.name(), "redfish");
     no_secret_anywhere(&[&meter.detail().unwrap_or_default()]);
+
+    // The agent stops: the poller closes its session on the way out.
+    drop(_threads);
+    for _ in 0..3000 {
+        if bmc.state.lock().unwrap().logouts > 0 {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let state = bmc.state.lock().unwrap();
+    assert_eq!(state.logouts, 1);
+    assert!(state.tokens.is_empty(), "the live session was closed");
 }
 
 #[test]
@@ -296,6 +308,8 @@ fn probe_asks_once_and_never_shows_the_password() {
         detail.ends_with("answered: 274.5 W from 3 reading(s)"),
         "{detail}"
     );
+    // Probe leaves no session behind.
+    assert_eq!(bmc.state.lock().unwrap().logouts, 1);
     drop(bmc);
     // Nobody listens any more.
     let meter = redfish.open(&OpenContext::new(&settings)).unwrap();

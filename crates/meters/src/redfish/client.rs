@@ -20,10 +20,14 @@ use super::RedfishError;
 /// Larger answers are not Redfish resources we read (a chassis is a few KiB).
 const MAX_BODY: u64 = 1 << 20;
 
+/// How long closing the session may hold up the poller's exit at shutdown.
+const LOGOUT_TIMEOUT: Duration = Duration::from_secs(1);
+
 enum Auth {
     /// Not logged in yet (or the session expired).
     Pending,
-    Session(Secret),
+    /// The token, and the session's own path (`Location`) to close it with.
+    Session(Secret, Option<String>),
     Basic(Secret),
     /// No username configured.
     None,
@@ -96,7 +100,18 @@ impl Client {
         match (status, token) {
             (200..=299, Some(token)) => {
                 debug!(endpoint = self.endpoint, "Redfish session opened");
-                self.auth = Auth::Session(Secret::new(token));
+                // Only a path on this BMC (a full URL is reduced to its path) is kept.
+                let location = response
+                    .headers()
+                    .get("Location")
+                    .and_then(|l| l.to_str().ok())
+                    .map(|l| match l.split_once("://") {
+                        Some((_, rest)) => rest.find('/').and_then(|i| rest.get(i..)).unwrap_or(""),
+                        None => l,
+                    })
+                    .filter(|l| self.url(l).is_ok())
+                    .map(str::to_string);
+                self.auth = Auth::Session(Secret::new(token), location);
                 Ok(())
             }
             // No session service here (or one that hands out no token, as simple emulators
@@ -125,7 +140,7 @@ impl Client {
         }
         let mut request = self.agent.get(&self.url(path)?);
         request = match &self.auth {
-            Auth::Session(token) => request.header("X-Auth-Token", token.expose()),
+            Auth::Session(token, _) => request.header("X-Auth-Token", token.expose()),
             Auth::Basic(header) => request.header("Authorization", header.expose()),
             Auth::Pending | Auth::None => request,
         };
@@ -148,10 +163,36 @@ impl Client {
     }
 }
 
+impl Drop for Client {
+    /// Closes the session, so agent restarts do not use up the BMC's few session slots while
+    /// the old ones wait for their timeout. Best effort, and quick: the agent is stopping.
+    fn drop(&mut self) {
+        let Auth::Session(token, Some(path)) = &self.auth else {
+            return;
+        };
+        let Ok(url) = self.url(path) else {
+            return;
+        };
+        let closed = self
+            .agent
+            .delete(&url)
+            .header("X-Auth-Token", token.expose())
+            .config()
+            .timeout_global(Some(LOGOUT_TIMEOUT))
+            .build()
+            .call();
+        debug!(
+            endpoint = self.endpoint,
+            closed = closed.is_ok_and(|r| r.status().is_success()),
+            "Redfish session closed"
+        );
+    }
+}
+
 impl Fetch for Client {
     fn get(&mut self, path: &str) -> Result<Value, RedfishError> {
         let (mut status, mut text) = self.get_once(path)?;
-        if status == 401 && matches!(self.auth, Auth::Session(_)) {
+        if status == 401 && matches!(self.auth, Auth::Session(..)) {
             // The session expired or the BMC restarted: log in again, once.
             self.auth = Auth::Pending;
             (status, text) = self.get_once(path)?;

@@ -40,6 +40,8 @@ pub struct State {
     /// Requests refused for missing or wrong credentials.
     pub refused: usize,
     pub gets: usize,
+    /// Sessions closed with DELETE and a valid token.
+    pub logouts: usize,
 }
 
 pub struct FakeBmc {
@@ -237,6 +239,15 @@ fn answer(
             "{}".into(),
             None,
         );
+    }
+    if method == "DELETE" && path.starts_with("/redfish/v1/SessionService/Sessions/") {
+        let token = headers.get("x-auth-token").cloned().unwrap_or_default();
+        if let Some(i) = s.tokens.iter().position(|t| *t == token) {
+            s.tokens.remove(i);
+            s.logouts += 1;
+            return plain(204, "");
+        }
+        return plain(401, "{}");
     }
     if method != "GET" {
         return plain(405, "{}");
