@@ -2,12 +2,17 @@
 //! through the kernel's IPMI device or over the LAN (RMCP+) to a BMC.
 //!
 //! It runs `ipmitool dcmi power reading` (Debian `ipmitool`) with a timeout and parses its
-//! output ([`parse`]). Why not a crate: `ipmi-rs`, the maintained Rust IPMI crate, speaks to
-//! `/dev/ipmi0` and plain RMCP but has no RMCP+ (`lanplus`) session, which is what BMCs accept
-//! today, and no DCMI commands; ipmitool covers both transports, is packaged everywhere,
-//! and a hung BMC costs a child process we kill rather than a thread we cannot. The password
-//! reaches ipmitool through `IPMI_PASSWORD` (`-E`), never its command line, which any user
-//! may read in `/proc`.
+//! output ([`parse`]). Why not a crate: the Rust IPMI crates each cover one side of what is
+//! needed (`ipmi-rs` documents the unix device file and RMCP; `rust-ipmi` and `ipmi` are
+//! RMCP+ clients without the in-band device) and none has the DCMI group-extension commands,
+//! so we would encode DCMI ourselves and could test it against no simulator (OpenIPMI's
+//! `ipmi_sim` answers RMCP+ but not DCMI). ipmitool covers both transports and DCMI, is
+//! packaged everywhere and used by BMC vendors' own docs, and a hung BMC costs a child process
+//! we kill rather than a thread we cannot. The password reaches ipmitool through
+//! `IPMI_PASSWORD` (`-E`), never its command line, which any user may read in `/proc`.
+//!
+//! The zone takes the instantaneous reading: the BMC's average covers a sampling period the
+//! BMC chooses, which need not match our interval.
 //!
 //! Like Redfish, the meter is a [`PolledMeter`]: the poller asks every interval (backing off
 //! while it fails) and the tick takes the cached answer until it is older than the staleness
