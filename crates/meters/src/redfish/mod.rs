@@ -1,7 +1,7 @@
 //! Platform power from a BMC over Redfish (`redfish` meter, platform domain), upstream's
 //! `experimental.platform.redfish` feature.
 //!
-//! The node's BMC comes from the BMC file ([`bmc`]); the [`client`] talks HTTP(S) to it and
+//! The node's BMC comes from the BMC file ([`bmc`]); the `client` module talks HTTP(S) to it and
 //! [`power`] walks `/redfish/v1/Chassis` to the power supplies (or the deprecated power
 //! controls). BMCs answer in seconds and sometimes not at all, so the meter is a
 //! [`PolledMeter`]: a poller thread on the agent's service asks the BMC every interval (with
