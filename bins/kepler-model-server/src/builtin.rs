@@ -1,7 +1,9 @@
 //! The real built-in resolver: the embedded models of kepler-models, chosen by the `--spec`
 //! file or, without one, by this machine's /proc/cpuinfo and /proc/meminfo.
 
-use anyhow::{Context, Result};
+use std::path::Path;
+
+use anyhow::{anyhow, Context, Result};
 use kepler_models::builtin::{select_builtin, BuiltinFamily, MachineSpec};
 use kepler_models::Predictor;
 
@@ -37,13 +39,9 @@ impl BuiltinModels for Embedded {
 
 /// This machine's spec from procfs.
 fn local_spec() -> Result<MachineSpec> {
-    let read = |path: &str| {
-        std::fs::read_to_string(path).with_context(|| {
-            format!("reading {path} (pass --spec to choose a built-in model for another machine)")
-        })
-    };
-    Ok(MachineSpec::from_proc(
-        &read("/proc/cpuinfo")?,
-        &read("/proc/meminfo")?,
-    )?)
+    let host = kepler_sources::HostFacts::read(Path::new("/proc"), Path::new("/sys"));
+    let hint = "pass --spec to choose a built-in model for another machine";
+    let cpuinfo = host.cpuinfo().map_err(|e| anyhow!("{e} ({hint})"))?;
+    let meminfo = host.meminfo().map_err(|e| anyhow!("{e} ({hint})"))?;
+    Ok(MachineSpec::from_proc(cpuinfo, meminfo)?)
 }

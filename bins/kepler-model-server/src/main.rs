@@ -1,7 +1,7 @@
-//! `kepler-model-server`: the Rust model server for Kepler. For now it has `predict`
-//! (evaluate a model-DB or built-in model on a CSV of features), `train-builtin` (train the
-//! built-in models from the public data) and `evaluate-builtin` (their accuracy report);
-//! the HTTP server comes with the model-server issue.
+//! `kepler-model-server`: the Rust model server for Kepler: `serve` (the HTTP API over a
+//! model directory, legacy `/model` included), `predict` (evaluate a model-DB or built-in
+//! model on a CSV of features), `train-builtin` (train the built-in models from the public
+//! data) and `evaluate-builtin` (their accuracy report).
 
 // No unwrap or expect outside tests; set per crate root, see [workspace.lints] in Cargo.toml.
 #![warn(clippy::unwrap_used, clippy::expect_used)]
@@ -11,6 +11,7 @@ mod evaluate;
 mod logging;
 mod model_source;
 mod predict;
+mod serve;
 mod train;
 
 use clap::{Parser, Subcommand};
@@ -28,6 +29,8 @@ struct Cli {
 
 #[derive(Subcommand, Debug)]
 enum Command {
+    /// Serve a model directory over HTTP(S): the legacy `POST /model` API and `GET /models`.
+    Serve(serve::ServeArgs),
     /// Evaluate a power model on every row of a CSV of features; print watts per component.
     Predict(predict::PredictArgs),
     /// Train the built-in default models from the public data (SPECpower, AWS instances).
@@ -40,6 +43,7 @@ fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
     logging::init(&cli.log_level);
     let result = match cli.command {
+        Command::Serve(args) => serve::run(&args),
         Command::Predict(args) => predict::run(&args, &builtin::Embedded),
         Command::TrainBuiltin(args) => train::run(&args),
         Command::EvaluateBuiltin(args) => evaluate::run(&args),

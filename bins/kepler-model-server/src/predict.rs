@@ -12,6 +12,7 @@ use std::path::{Path, PathBuf};
 use anyhow::{bail, Context, Result};
 use kepler_models::builtin::BuiltinFamily;
 use kepler_models::features::feature_aliases;
+use kepler_models::Feature;
 
 use crate::model_source::{self, BuiltinModels, ModelSource};
 
@@ -79,12 +80,13 @@ fn open_input(path: &Path) -> Result<csv::Reader<Box<dyn std::io::Read>>> {
 
 /// For each feature the model needs, the index of the CSV column holding it (the feature's
 /// own name first, then its legacy aliases such as `bpf_cpu_time_us`).
-fn feature_columns(features: &[String], header: &csv::StringRecord) -> Result<Vec<usize>> {
+fn feature_columns(features: &[Feature], header: &csv::StringRecord) -> Result<Vec<usize>> {
     let position = |name: &str| header.iter().position(|h| h == name);
     let mut columns = Vec::with_capacity(features.len());
     let mut missing = Vec::new();
-    for f in features {
-        let col = position(f).or_else(|| feature_aliases(f).iter().find_map(|a| position(a)));
+    for &f in features {
+        let col =
+            position(f.as_str()).or_else(|| feature_aliases(f).iter().find_map(|a| position(a)));
         match col {
             Some(c) => columns.push(c),
             None => missing.push(f.as_str()),
@@ -127,10 +129,10 @@ pub fn predict_csv(
             let value: f64 = cell.parse().with_context(|| {
                 format!(
                     "row {row}, column {}: {cell:?} is not a number",
-                    header.get(col).unwrap_or(feature)
+                    header.get(col).unwrap_or(feature.as_str())
                 )
             })?;
-            values.push((feature.as_str(), value));
+            values.push((*feature, value));
         }
         let watts = model
             .predict(&values)

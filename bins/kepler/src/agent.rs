@@ -6,14 +6,15 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
 use kepler_core::{
-    AttributionConfig, Attributor, Catalogue, ComponentHealth, ComponentKind, Health, MicroJoules,
-    StopSignal, TerminatedPolicy,
+    AttributionConfig, Attributor, Background, Catalogue, ComponentHealth, ComponentKind, Health,
+    MicroJoules, StopSignal, TerminatedPolicy,
 };
 use kepler_exporters::{
     AgentState, AgentStats, EbpfCounts, ExportContext, Output, PrometheusOutput, Publication,
     Readiness, StdoutOutput,
 };
 use kepler_http::shutdown_signal;
+use kepler_sources::HostFacts;
 use tracing::{info, warn};
 
 use crate::config::Config;
@@ -30,11 +31,12 @@ pub fn run(config: Config) -> Result<()> {
 
     let health = Arc::new(Health::new());
     let catalogue = Arc::new(Catalogue::new());
-    let node_name = setup::node_name(&config);
+    let host = HostFacts::read(&config.host.procfs, &config.host.sysfs);
+    let node_name = setup::node_name(&config, &host);
     let mut context = ExportContext::new(node_name.clone());
     context.levels = config.exporter.prometheus.metrics_level;
     context.build = setup::build_info();
-    context.cpu_info = match kepler_sources::read_cpu_info(&config.host.procfs) {
+    context.cpu_info = match host.cpus() {
         Ok(cpus) => Arc::from(cpus),
         Err(e) => {
             warn!(error = %e, "cannot read cpuinfo; kepler_node_cpu_info stays empty");
@@ -48,8 +50,11 @@ pub fn run(config: Config) -> Result<()> {
     let setup::Usage {
         source, ebpf_stats, ..
     } = setup::usage_source(&config, catalogue.clone())?;
+    let background = Background::new();
     let setup::Selection { meters, attempts } =
-        setup::select_meters(&config, &source.features(), &mut service, &health);
+        setup::select_meters(&config, &host, &source.features(), &background);
+    // Everything that needed the host's facts has them now; the raw texts need not stay.
+    drop(host);
     info!(
         node = %node_name,
         source = source.name(),
@@ -83,6 +88,7 @@ pub fn run(config: Config) -> Result<()> {
     }
     let sampler = Sampler::new(source, meters, attributor, &health)
         .with_features(config.ebpf.export_features);
+    start_background(&mut service, &background, &health)?;
 
     let mut outputs: Vec<Box<dyn Output>> = Vec::new();
     if config.exporter.prometheus.enabled {
@@ -129,6 +135,19 @@ pub fn run(config: Config) -> Result<()> {
     service.shutdown();
     info!("stopped");
     served
+}
+
+/// Starts the background work the opened components asked for (a model refresh, BMC pollers) on the
+/// service's threads, each reporting to its own health entry.
+fn start_background(service: &mut Service, background: &Background, health: &Health) -> Result<()> {
+    for task in background.take() {
+        let component = health.register(task.kind(), task.component());
+        let thread = task.thread_name().to_string();
+        service
+            .spawn(&thread, move |stop| task.run(stop, component))
+            .with_context(|| format!("starting thread {thread}"))?;
+    }
+    Ok(())
 }
 
 fn attribution_config(config: &Config) -> AttributionConfig {
@@ -206,5 +225,49 @@ fn publish(outputs: &mut [(Box<dyn Output>, Arc<ComponentHealth>)], publication:
                 }
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use kepler_core::BackgroundTask;
+    use kepler_meters::model::{ModelRefresh, Remote};
+
+    #[test]
+    fn background_work_runs_on_the_service_and_stops_with_it() {
+        // A refresh an hour away from its first download: only the stop ends it.
+        let dir = tempfile::tempdir().unwrap();
+        let refresh = ModelRefresh::new(
+            Remote::File {
+                url: "http://127.0.0.1:9/m.json".into(),
+            },
+            dir.path().join("m.json"),
+            Duration::from_secs(3600),
+            Duration::from_secs(1),
+        )
+        .into_task();
+        let (tx, rx) = std::sync::mpsc::channel();
+        let background = Background::new();
+        background.push(BackgroundTask::new(
+            refresh.thread_name().to_string(),
+            refresh.kind(),
+            refresh.component().to_string(),
+            move |stop, health| {
+                refresh.run(stop, health);
+                let _ = tx.send(());
+            },
+        ));
+        let health = Health::new();
+        let mut service = Service::new();
+        start_background(&mut service, &background, &health).unwrap();
+        let components = health.components();
+        assert_eq!(components.len(), 1);
+        assert_eq!(components[0].kind(), ComponentKind::ModelRefresh);
+        assert_eq!(components[0].name(), ModelRefresh::COMPONENT);
+        service.shutdown();
+        // Shutdown waited for the thread (its grace is far below the hour): it has ended.
+        assert_eq!(rx.try_recv(), Ok(()));
+        assert!(background.take().is_empty());
     }
 }

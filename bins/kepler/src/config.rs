@@ -68,6 +68,8 @@ pub struct Config {
     pub attribution: AttributionSection,
     pub estimator: EstimatorConfig,
     pub ebpf: EbpfConfig,
+    /// RAPL over MSR, the `msr` meter's own section.
+    pub msr: kepler_meters::MsrConfig,
     pub ipmi: IpmiConfig,
 }
 
@@ -377,9 +379,27 @@ impl Config {
         keys
     }
 
-    /// Every power domain's fallback chain of meters, from `cpu.preferredMeters` and
-    /// `dev.fake-cpu-meter.enabled`.
+    /// Every power domain's fallback chain of meters, from `cpu.preferredMeters`,
+    /// `msr.enabled` and `dev.fake-cpu-meter.enabled`.
     pub fn meter_chains(&self) -> Vec<kepler_meters::Chain> {
-        kepler_meters::registry::chains(&self.cpu.preferred_meters, self.dev.fake_cpu_meter.enabled)
+        kepler_meters::registry::chains(&self.cpu_meters(), self.dev.fake_cpu_meter.enabled)
+    }
+
+    /// `cpu.preferredMeters`, with the msr meter right after `rapl` (first without it) when
+    /// `msr.enabled` is set and the list does not place it: enabling it is then the one step a
+    /// user takes, and upstream's default list stays as it is.
+    pub fn cpu_meters(&self) -> Vec<kepler_meters::MeterName> {
+        let mut meters = self.cpu.preferred_meters.clone();
+        let Some(msr) = kepler_meters::MeterName::msr() else {
+            return meters;
+        };
+        if self.msr.enabled && !meters.contains(&msr) {
+            let at = meters
+                .iter()
+                .position(|m| m.as_str() == "rapl")
+                .map_or(0, |i| i + 1);
+            meters.insert(at, msr);
+        }
+        meters
     }
 }

@@ -6,12 +6,10 @@
 #![warn(clippy::unwrap_used, clippy::expect_used)]
 
 pub mod agent;
-pub mod builtin;
 pub mod cli;
 pub mod config;
 pub mod estimator;
 pub mod logging;
-pub mod model_fetch;
 pub mod probe;
 pub mod sampler;
 pub mod service;

@@ -26,21 +26,24 @@ pub fn report(config: &Config) -> String {
         Err(e) => (
             Err(format!("{e:#}")),
             "none".to_string(),
-            vec![kepler_core::features::BPF_CPU_TIME_MS.to_string()],
+            vec![kepler_core::Feature::BpfCpuTimeMs],
         ),
     };
     line(&mut out, "ebpf", ebpf);
     let _ = writeln!(out, "  selected: {selected}");
 
-    let settings = setup::meter_settings(config);
-    let estimator = |f: &[String]| setup::open_estimator(config, f);
+    let host = kepler_sources::HostFacts::read(&config.host.procfs, &config.host.sysfs);
+    let settings = setup::meter_settings(config, &host);
+    // Meters are opened only to be described: background work they ask for is dropped.
+    let background = kepler_core::Background::new();
+    let estimator =
+        |f: &[kepler_core::Feature]| setup::open_estimator(config, &host, &background, f);
     let cx = OpenContext {
         settings: &settings,
         features: &features,
         estimator: Some(&estimator),
         // No service runs here: slow meters ask their device once and say what it answered.
-        spawn: None,
-        health: None,
+        background: None,
     };
     let domains = registry::probe(&config.meter_chains(), &cx);
     let _ = writeln!(out, "\nPower meters, per domain:");
@@ -154,9 +157,59 @@ mod tests {
         let fake = position("  fake     available      [not in the chain]");
         assert!(chain < hwmon && hwmon < rapl && rapl < fake, "{out}");
         position(
-            "  selected: rapl\nplatform (tried in order: redfish, ipmi):\n  redfish  not available  experimental.platform.redfish.enabled is false\n  ipmi     not available  ipmi.enabled is false\n  selected: none\n",
+            "  selected: rapl\nplatform (tried in order: redfish, ipmi, acpi):\n  redfish  not available  experimental.platform.redfish.enabled is false\n  ipmi     not available  ipmi.enabled is false\n  acpi     not available",
         );
+        position("  msr      not available  [not in the chain] disabled (msr.enabled: false)");
         position("gpu: no meters yet");
         assert!(out.ends_with("Selected meters: cpu: rapl\n"), "{out}");
+    }
+
+    #[test]
+    fn an_empty_powercap_on_a_rapl_cpu_points_at_the_msr_meter() {
+        let dir = tempfile::tempdir().unwrap();
+        let sysfs = dir.path().join("sys");
+        let procfs = dir.path().join("proc");
+        let msr_root = dir.path().join("dev-cpu");
+        std::fs::create_dir_all(&sysfs).unwrap();
+        kepler_meters::fixtures::MsrTree::write_cpuinfo(&procfs, "GenuineIntel", 6, 0x55, 2)
+            .unwrap();
+        let yaml = |msr: &str| {
+            format!(
+                "host:\n  sysfs: {}\n  procfs: {}\nebpf:\n  enabled: false\nmsr:\n  root: {}\n{msr}",
+                sysfs.display(),
+                procfs.display(),
+                msr_root.display()
+            )
+        };
+        let config = Config::from_yaml(&yaml(""), Path::new("test.yaml"))
+            .unwrap()
+            .config;
+        let out = report(&config);
+        assert!(
+            out.contains("  rapl     not available")
+                && out.contains("load the msr module (`modprobe msr`")
+                && out.contains("set `msr.enabled: true`"),
+            "{out}"
+        );
+
+        // Enabled, with devices holding Intel's registers: msr follows rapl and is selected.
+        let tree = kepler_meters::fixtures::MsrTree::create(&sysfs, &msr_root).unwrap();
+        tree.add_cpu(0, 0, 0).unwrap();
+        tree.add_cpu(1, 0, 1).unwrap();
+        tree.write(0, kepler_meters::msr::INTEL_POWER_UNIT, 0xA0E03)
+            .unwrap();
+        tree.write(0, kepler_meters::msr::INTEL_PKG_ENERGY, 16_384)
+            .unwrap();
+        let config = Config::from_yaml(&yaml("  enabled: true\n"), Path::new("test.yaml"))
+            .unwrap()
+            .config;
+        let out = report(&config);
+        assert!(
+            out.contains("cpu (tried in order: rapl, msr, hwmon, model):")
+                && out.contains("  msr      available      zones: package (measured)")
+                && !out.contains("modprobe")
+                && out.ends_with("Selected meters: cpu: msr\n"),
+            "{out}"
+        );
     }
 }

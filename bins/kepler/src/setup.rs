@@ -1,41 +1,47 @@
 //! Choosing sources and meters for this host, and the facts the exporter labels with.
 
-use std::cell::RefCell;
 use std::sync::Arc;
 
 use anyhow::{Context, Result};
-use kepler_core::{Catalogue, Health, PowerMeter, StopSignal, Unavailable, UsageSource};
+use kepler_core::{Background, Catalogue, Feature, PowerMeter, Unavailable, UsageSource};
 use kepler_exporters::BuildInfo;
 use kepler_meters::{registry, FakeSettings, MeterSettings, OpenContext};
 pub use kepler_meters::{Attempt, Selection};
+use kepler_sources::HostFacts;
 use tracing::info;
 
 use crate::config::{Config, EbpfMode};
-use crate::service::Service;
 
-pub fn meter_settings(config: &Config) -> MeterSettings {
+/// What the meters need from the configuration and the host (the node name keys the BMC file).
+pub fn meter_settings(config: &Config, host: &HostFacts) -> MeterSettings {
     MeterSettings {
-        node_name: node_name(config),
+        node_name: node_name(config, host),
         poll_interval: config.monitor.interval.0,
         redfish: config.experimental.platform.redfish.settings(),
         ipmi: config.ipmi.settings(),
         sysfs: config.host.sysfs.clone(),
+        procfs: config.host.procfs.clone(),
+        interval: config.monitor.interval.0,
         rapl_zones: config.rapl.zones.clone(),
         hwmon_zones: config.experimental.hwmon.zones.clone(),
         fake: FakeSettings {
             zones: config.dev.fake_cpu_meter.zones.clone(),
             ..FakeSettings::default()
         },
+        msr: config.msr.clone(),
     }
 }
 
 /// Opens the estimation meter for the registry's `model` row: the model depends on the
-/// `estimator` section and on facts about this host that only the agent reads.
+/// `estimator` section and on facts about this host that the agent reads. Background work
+/// it needs (a model refresh) is left in `background`.
 pub fn open_estimator(
     config: &Config,
-    features: &[String],
+    host: &HostFacts,
+    background: &Background,
+    features: &[Feature],
 ) -> Result<Box<dyn PowerMeter>, Unavailable> {
-    let meter = crate::estimator::open(config, features.to_vec())?;
+    let meter = crate::estimator::open(config, host, features, background)?;
     info!(
         model = meter.model_name(),
         output = meter.output().as_str(),
@@ -46,27 +52,22 @@ pub fn open_estimator(
 
 /// The meters of the tick: for each power domain, the first meter of its fallback chain that
 /// opens; `features` are those the usage source provides (what a model may use). The
-/// attempts say why each meter before it could not be used. Slow meters start their pollers
-/// on `service` and report them in `health`.
+/// attempts say why each meter before it could not be used. Background work the meters ask
+/// for (a model refresh, a BMC poller) is left in `background` for the agent to start.
 pub fn select_meters(
     config: &Config,
-    features: &[String],
-    service: &mut Service,
-    health: &Health,
+    host: &HostFacts,
+    features: &[Feature],
+    background: &Background,
 ) -> Selection {
-    let settings = meter_settings(config);
-    let estimator = |f: &[String]| open_estimator(config, f);
-    // The registry's spawner is a shared `Fn`; the service needs `&mut` to record threads.
-    let service = RefCell::new(service);
-    let spawn = |name: &str, work: Box<dyn FnOnce(StopSignal) + Send>| {
-        service.borrow_mut().spawn(name, work)
-    };
+    let settings = meter_settings(config, host);
+    let estimator = |f: &[Feature]| open_estimator(config, host, background, f);
     let cx = OpenContext {
         settings: &settings,
         features,
         estimator: Some(&estimator),
-        spawn: Some(&spawn),
-        health: Some(health),
+        // Slow meters (BMCs) leave their pollers here too; the agent starts them all.
+        background: Some(background),
     };
     registry::select(&config.meter_chains(), &cx)
 }
@@ -160,7 +161,7 @@ fn procfs_source(
 }
 
 /// `kube.nodeName`, else `NODE_NAME` (the usual downward-API variable), else the hostname.
-pub fn node_name(config: &Config) -> String {
+pub fn node_name(config: &Config, host: &HostFacts) -> String {
     if let Some(name) = config.kube.node_name.as_ref().filter(|n| !n.is_empty()) {
         return name.clone();
     }
@@ -169,11 +170,9 @@ pub fn node_name(config: &Config) -> String {
             return name;
         }
     }
-    std::fs::read_to_string("/proc/sys/kernel/hostname")
-        .map(|h| h.trim().to_string())
-        .ok()
-        .filter(|h| !h.is_empty())
-        .unwrap_or_else(|| "unknown".into())
+    host.hostname()
+        .map(str::to_string)
+        .unwrap_or_else(|_| "unknown".into())
 }
 
 pub fn build_info() -> BuildInfo {
@@ -209,7 +208,8 @@ mod tests {
     }
 
     fn select(config: &Config) -> Selection {
-        select_meters(config, &[], &mut Service::new(), &Health::new())
+        let host = HostFacts::read(&config.host.procfs, &config.host.sysfs);
+        select_meters(config, &host, &[], &Background::default())
     }
 
     fn selected(config: &Config) -> Vec<String> {
@@ -227,19 +227,23 @@ mod tests {
         hwmon
             .add_chip(Some("power_meter"), &[("power1_average", "1000000\n")])
             .unwrap();
+        hwmon
+            .add_chip(Some("amd_energy"), &[("energy1_input", "1000\n")])
+            .unwrap();
         let upper = config(dir.path(), "cpu:\n  preferredMeters: [RAPL, Hwmon]\n");
-        // No powercap tree yet: hwmon, and the attempts say why rapl was passed over.
-        assert_eq!(selected(&upper), vec!["cpu/hwmon"]);
+        // No powercap tree yet: hwmon, and the attempts say why rapl was passed over. The
+        // ACPI power meter is the platform domain's whatever the CPU chain takes.
+        assert_eq!(selected(&upper), vec!["cpu/hwmon", "platform/acpi"]);
         let attempts = select(&upper).attempts;
         assert_eq!(attempts[0].domain, PowerDomain::Cpu);
         assert_eq!(attempts[0].meter.as_str(), "rapl");
         assert!(describe_failures(&attempts).starts_with("cpu/rapl: "));
 
         PowercapTree::create(dir.path(), &[("package-0", 1_000)]).unwrap();
-        assert_eq!(selected(&upper), vec!["cpu/rapl"]);
+        assert_eq!(selected(&upper), vec!["cpu/rapl", "platform/acpi"]);
         let reversed = config(dir.path(), "cpu:\n  preferredMeters: [HWMON, rapl]\n");
-        assert_eq!(selected(&reversed), vec!["cpu/hwmon"]);
+        assert_eq!(selected(&reversed), vec!["cpu/hwmon", "platform/acpi"]);
         let fake = config(dir.path(), "dev:\n  fake-cpu-meter:\n    enabled: true\n");
-        assert_eq!(selected(&fake), vec!["cpu/fake"]);
+        assert_eq!(selected(&fake), vec!["cpu/fake", "platform/acpi"]);
     }
 }

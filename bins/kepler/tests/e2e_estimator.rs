@@ -42,11 +42,22 @@ fn estimated_power_rises_with_load_and_is_conserved() {
         "1s",
     ]);
     wait_ready(port, Duration::from_secs(30));
-    std::thread::sleep(Duration::from_millis(1500));
+    // The file's package weight: (296.386150 − 143.812063) W over 47938.5 ms/s (DESIGN §7's
+    // worked example), so every busy CPU (1000 ms/s) adds ≈ 3.18 W.
+    let per_cpu = (296.386150 - 143.812063) / 47938.5 * 1000.0;
+    let before = node_busy_seconds();
+    let started = std::time::Instant::now();
+    std::thread::sleep(Duration::from_millis(2500));
 
     let (quiet, samples) = package_watts(port);
-    // Intercept 143.81 W plus a little for whatever else runs.
-    assert!(quiet >= 143.8, "estimated package at rest: {quiet} W");
+    // Intercept 143.81 W plus what the CPUs were busy with in the same seconds: on a shared
+    // machine "at rest" need not be idle, so the truth is the node's own busy time.
+    let busy = (node_busy_seconds() - before) / started.elapsed().as_secs_f64();
+    let expected = 143.812063 + per_cpu * busy;
+    assert!(
+        quiet >= 143.8 && (quiet - expected).abs() <= 1.0 + 0.35 * per_cpu * busy.max(1.0),
+        "estimated package at rest: {quiet} W; {busy:.2} busy CPUs call for {expected:.2} W"
+    );
     let info = select(
         &samples,
         "kepler_node_cpu_zone_info",
@@ -62,12 +73,9 @@ fn estimated_power_rises_with_load_and_is_conserved() {
     ));
     std::thread::sleep(Duration::from_millis(3500));
     let (loaded, samples) = package_watts(port);
-    // The file's package weight: (296.386150 − 143.812063) W over 47938.5 ms/s (DESIGN §7's
-    // worked example), so every busy CPU (1000 ms/s) adds ≈ 3.18 W. Under a full load the
-    // estimate must show at least 70% of that.
-    let per_cpu = (296.386150 - 143.812063) / 47938.5 * 1000.0;
+    // Every CPU busy: the estimate must show at least 70% of the model's full-load rise.
     assert!(
-        loaded > quiet && loaded >= 143.812063 + 0.7 * cpus * per_cpu,
+        loaded >= 143.812063 + 0.7 * cpus * per_cpu,
         "estimate under load {loaded} W vs at rest {quiet} W"
     );
     for zone in ["package", "dram"] {

@@ -204,16 +204,5 @@ fn cpu_seconds(prefix: &str) -> (f64, f64) {
         // utime and stime are fields 14 and 15 of the line, 12 and 13 after the comm.
         procs += fields[11].parse::<u64>().unwrap() + fields[12].parse::<u64>().unwrap();
     }
-    let stat = std::fs::read_to_string("/proc/stat").unwrap();
-    let cpu: Vec<u64> = stat
-        .lines()
-        .next()
-        .unwrap()
-        .split_whitespace()
-        .skip(1)
-        .map(|v| v.parse().unwrap())
-        .collect();
-    // user nice system idle iowait irq softirq steal
-    let busy: u64 = cpu[..8].iter().sum::<u64>() - cpu[3] - cpu[4];
-    (procs as f64 / hz, busy as f64 / hz)
+    (procs as f64 / hz, node_busy_seconds())
 }

@@ -422,7 +422,8 @@ fn run_agent() -> Arc<AgentState> {
         version: "0.1.0".into(),
         rust_version: "rustc 1.95.0".into(),
     };
-    context.cpu_info = Arc::from(kepler_sources::read_cpu_info(root).unwrap());
+    let host = kepler_sources::HostFacts::read(root, &root.join("sys"));
+    context.cpu_info = Arc::from(host.cpus().unwrap().to_vec());
     let health = Arc::new(kepler_core::Health::new());
     context.health = health.clone();
     let state = Arc::new(AgentState::new(context));

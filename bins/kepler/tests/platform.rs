@@ -18,6 +18,7 @@ use kepler_agent::sampler::Sampler;
 use kepler_agent::service::Service;
 use kepler_agent::setup;
 use kepler_core::*;
+use kepler_sources::HostFacts;
 
 /// Two processes that share the CPU 3:1, one second of uptime per tick.
 struct Usage(u64);
@@ -91,7 +92,17 @@ fn platform_power_is_attributed_beside_cpu_and_a_lost_bmc_only_drops_its_zone() 
 
     let health = Health::new();
     let mut service = Service::new();
-    let selection = setup::select_meters(&config, &[], &mut service, &health);
+    let background = Background::new();
+    let host = HostFacts::read(&config.host.procfs, &config.host.sysfs);
+    let selection = setup::select_meters(&config, &host, &[], &background);
+    // As the agent does: the pollers the meters left behind run on the service.
+    for task in background.take() {
+        let component = health.register(task.kind(), task.component());
+        let thread = task.thread_name().to_string();
+        service
+            .spawn(&thread, move |stop| task.run(stop, component))
+            .unwrap();
+    }
     let chosen: Vec<String> = selection
         .meters
         .iter()

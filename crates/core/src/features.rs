@@ -15,20 +15,114 @@ use std::time::Duration;
 
 use crate::usage::{NodeCpuTimes, ProcessKey, ProcessUsage, TaskCounters, UsageSnapshot};
 
-/// Busy CPU milliseconds per second, summed over CPUs: the feature every source provides.
-pub const BPF_CPU_TIME_MS: &str = "bpf_cpu_time_ms";
+/// One of Kepler's model features (DESIGN §7). The Kepler name ([`Feature::as_str`]) is what
+/// model files list and what the `feature` label of the exported feature rates says; model
+/// files are parsed into this enum once, at load, so an unknown name is found there.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
+pub enum Feature {
+    /// Busy CPU milliseconds per second, summed over CPUs: the feature every source provides.
+    BpfCpuTimeMs,
+    BpfPageCacheHit,
+    BpfBlockIrq,
+    BpfNetRxIrq,
+    BpfNetTxIrq,
+    CpuCycles,
+    CpuInstructions,
+    CacheMiss,
+}
 
-/// Kepler's feature names, in the order models usually list them.
-pub const FEATURE_NAMES: [&str; 8] = [
-    BPF_CPU_TIME_MS,
-    "bpf_page_cache_hit",
-    "bpf_block_irq",
-    "bpf_net_rx_irq",
-    "bpf_net_tx_irq",
-    "cpu_cycles",
-    "cpu_instructions",
-    "cache_miss",
-];
+impl Feature {
+    /// Every feature, in the order models usually list them (and feature rates are exported).
+    pub const ALL: [Feature; 8] = [
+        Feature::BpfCpuTimeMs,
+        Feature::BpfPageCacheHit,
+        Feature::BpfBlockIrq,
+        Feature::BpfNetRxIrq,
+        Feature::BpfNetTxIrq,
+        Feature::CpuCycles,
+        Feature::CpuInstructions,
+        Feature::CacheMiss,
+    ];
+
+    /// Kepler's name of the feature.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Feature::BpfCpuTimeMs => "bpf_cpu_time_ms",
+            Feature::BpfPageCacheHit => "bpf_page_cache_hit",
+            Feature::BpfBlockIrq => "bpf_block_irq",
+            Feature::BpfNetRxIrq => "bpf_net_rx_irq",
+            Feature::BpfNetTxIrq => "bpf_net_tx_irq",
+            Feature::CpuCycles => "cpu_cycles",
+            Feature::CpuInstructions => "cpu_instructions",
+            Feature::CacheMiss => "cache_miss",
+        }
+    }
+}
+
+impl std::fmt::Display for Feature {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// A name that is none of Kepler's features.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("unknown feature {name:?} (Kepler's features: {})", known_names())]
+pub struct UnknownFeature {
+    pub name: String,
+}
+
+fn known_names() -> String {
+    Feature::ALL.map(Feature::as_str).join(", ")
+}
+
+impl std::str::FromStr for Feature {
+    type Err = UnknownFeature;
+
+    /// Exactly Kepler's name; legacy spellings in model files are the models crate's business.
+    fn from_str(name: &str) -> Result<Self, Self::Err> {
+        Feature::ALL
+            .into_iter()
+            .find(|f| f.as_str() == name)
+            .ok_or_else(|| UnknownFeature {
+                name: name.to_string(),
+            })
+    }
+}
+
+/// So that `(Feature, f64)` pairs work wherever name-keyed pairs do (the models crate's
+/// lookups), and tests compare feature lists with name lists.
+impl AsRef<str> for Feature {
+    fn as_ref(&self) -> &str {
+        self.as_str()
+    }
+}
+
+impl PartialEq<str> for Feature {
+    fn eq(&self, other: &str) -> bool {
+        self.as_str() == other
+    }
+}
+
+impl PartialEq<&str> for Feature {
+    fn eq(&self, other: &&str) -> bool {
+        self.as_str() == *other
+    }
+}
+
+/// Ordered by name, not by declaration: models report their features sorted the way model
+/// files and the model server list them.
+impl Ord for Feature {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        self.as_str().cmp(other.as_str())
+    }
+}
+
+impl PartialOrd for Feature {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
 
 /// Per-second rates over one interval. `None`: the source does not measure that event.
 #[derive(Copy, Clone, Debug, Default, PartialEq)]
@@ -45,18 +139,17 @@ pub struct FeatureRates {
 }
 
 impl FeatureRates {
-    /// The rate of a feature by its Kepler name; `None` for unknown or unmeasured features.
-    pub fn get(&self, name: &str) -> Option<f64> {
-        match name {
-            "bpf_cpu_time_ms" => Some(self.bpf_cpu_time_ms),
-            "bpf_page_cache_hit" => self.bpf_page_cache_hit,
-            "bpf_block_irq" => self.bpf_block_irq,
-            "bpf_net_rx_irq" => self.bpf_net_rx_irq,
-            "bpf_net_tx_irq" => self.bpf_net_tx_irq,
-            "cpu_cycles" => self.cpu_cycles,
-            "cpu_instructions" => self.cpu_instructions,
-            "cache_miss" => self.cache_miss,
-            _ => None,
+    /// The rate of a feature; `None` when the source does not measure it.
+    pub fn get(&self, feature: Feature) -> Option<f64> {
+        match feature {
+            Feature::BpfCpuTimeMs => Some(self.bpf_cpu_time_ms),
+            Feature::BpfPageCacheHit => self.bpf_page_cache_hit,
+            Feature::BpfBlockIrq => self.bpf_block_irq,
+            Feature::BpfNetRxIrq => self.bpf_net_rx_irq,
+            Feature::BpfNetTxIrq => self.bpf_net_tx_irq,
+            Feature::CpuCycles => self.cpu_cycles,
+            Feature::CpuInstructions => self.cpu_instructions,
+            Feature::CacheMiss => self.cache_miss,
         }
     }
 
@@ -136,11 +229,11 @@ fn node_busy_ms_per_second(previous: &UsageSnapshot, current: &UsageSnapshot, se
 }
 
 impl FeatureRates {
-    /// The measured features as (name, rate) pairs, for model input.
-    pub fn measured(&self) -> Vec<(&'static str, f64)> {
-        FEATURE_NAMES
-            .iter()
-            .filter_map(|name| self.get(name).map(|v| (*name, v)))
+    /// The measured features with their rates, in [`Feature::ALL`]'s order.
+    pub fn measured(&self) -> Vec<(Feature, f64)> {
+        Feature::ALL
+            .into_iter()
+            .filter_map(|f| self.get(f).map(|v| (f, v)))
             .collect()
     }
 }
@@ -222,9 +315,9 @@ mod tests {
         assert_eq!(f.processes[1].1.bpf_page_cache_hit, None);
         // The snapshots' node times are zero: the node's busy time is its own, not the sum.
         assert_eq!(f.node.bpf_cpu_time_ms, 0.0);
-        assert_eq!(f.node.get("bpf_page_cache_hit"), Some(100.0));
-        assert_eq!(f.node.get("cpu_cycles"), None);
-        assert_eq!(f.node.get("nonsense"), None);
+        assert_eq!(f.node.get(Feature::BpfPageCacheHit), Some(100.0));
+        assert_eq!(f.node.get(Feature::CpuCycles), None);
+        assert!("nonsense".parse::<Feature>().is_err());
         // With counters present, the node's sums need the per-process pass all the same.
         assert_eq!(node_features(&prev, &cur), f.node);
     }
@@ -247,7 +340,7 @@ mod tests {
         let f = features(&prev, &cur);
         assert_eq!(f.node.bpf_cpu_time_ms, 1500.0);
         assert_eq!(f.processes[0].1.bpf_cpu_time_ms, 250.0);
-        assert_eq!(f.node.measured(), vec![("bpf_cpu_time_ms", 1500.0)]);
+        assert_eq!(f.node.measured(), vec![(Feature::BpfCpuTimeMs, 1500.0)]);
         assert_eq!(node_features(&prev, &cur), f.node);
     }
 
@@ -271,7 +364,28 @@ mod tests {
             cpu_instructions: Some(7.0),
             cache_miss: Some(8.0),
         };
-        let got: Vec<f64> = FEATURE_NAMES.iter().filter_map(|n| r.get(n)).collect();
+        let got: Vec<f64> = Feature::ALL.iter().filter_map(|f| r.get(*f)).collect();
         assert_eq!(got, vec![1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0]);
+    }
+
+    #[test]
+    fn names_round_trip_and_unknown_names_are_named() {
+        for f in Feature::ALL {
+            assert_eq!(f.as_str().parse::<Feature>(), Ok(f));
+            assert_eq!(f.to_string(), f.as_str());
+        }
+        let err = "bpf_cpu_time_us"
+            .parse::<Feature>()
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("\"bpf_cpu_time_us\""), "{err}");
+        assert!(err.contains("cache_miss"), "{err}");
+        // Sorted by name, as model files list features.
+        let mut sorted = Feature::ALL.to_vec();
+        sorted.sort();
+        let names: Vec<&str> = sorted.iter().map(|f| f.as_str()).collect();
+        let mut by_name = names.clone();
+        by_name.sort_unstable();
+        assert_eq!(names, by_name);
     }
 }

@@ -27,8 +27,9 @@ pub use energy::{
     zone_energies, DeltaIssue, EnergySnapshot, ProcessShare, ProcessShares, ZoneEnergy,
     ZoneReading, ZoneSample, ZoneWeights,
 };
+pub use features::Feature;
 pub use health::{ComponentHealth, ComponentKind, Health};
-pub use lifecycle::StopSignal;
+pub use lifecycle::{Background, BackgroundTask, StopSignal};
 pub use platform::{PlatformLabels, PlatformPower};
 pub use snapshot::{
     ContainerPower, IdlePolicyState, NodeZone, PodPower, PowerSnapshot, ProcessPower, VmPower,

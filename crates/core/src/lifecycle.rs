@@ -1,8 +1,13 @@
 //! The stop signal the agent's background threads share: one call stops them all, and a
-//! thread that sleeps between rounds wakes at once instead of finishing its sleep.
+//! thread that sleeps between rounds wakes at once instead of finishing its sleep. And the
+//! background work components ask for when they are opened ([`Background`]), which the
+//! agent's service runtime starts under that signal, so no component spawns a thread of its
+//! own that nothing can stop.
 
 use std::sync::{Arc, Condvar, Mutex, PoisonError};
 use std::time::{Duration, Instant};
+
+use crate::health::{ComponentHealth, ComponentKind};
 
 /// Cloned into every background thread of a service; see the module docs.
 #[derive(Clone, Debug, Default)]
@@ -49,6 +54,88 @@ impl StopSignal {
     }
 }
 
+type Work = Box<dyn FnOnce(StopSignal, Arc<ComponentHealth>) + Send>;
+
+/// Work a component needs done on a thread of its own while the agent runs (refreshing a
+/// model, polling a slow device). It must return soon after its stop signal fires, and
+/// reports through the health handle it is given.
+pub struct BackgroundTask {
+    thread: String,
+    kind: ComponentKind,
+    component: String,
+    work: Work,
+}
+
+impl std::fmt::Debug for BackgroundTask {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("BackgroundTask")
+            .field("thread", &self.thread)
+            .field("kind", &self.kind)
+            .field("component", &self.component)
+            .finish_non_exhaustive()
+    }
+}
+
+impl BackgroundTask {
+    /// `thread` names the thread; `kind`/`component` name the health entry it reports to.
+    pub fn new(
+        thread: impl Into<String>,
+        kind: ComponentKind,
+        component: impl Into<String>,
+        work: impl FnOnce(StopSignal, Arc<ComponentHealth>) + Send + 'static,
+    ) -> Self {
+        BackgroundTask {
+            thread: thread.into(),
+            kind,
+            component: component.into(),
+            work: Box::new(work),
+        }
+    }
+
+    pub fn thread_name(&self) -> &str {
+        &self.thread
+    }
+
+    pub fn kind(&self) -> ComponentKind {
+        self.kind
+    }
+
+    pub fn component(&self) -> &str {
+        &self.component
+    }
+
+    /// Runs the work on the calling thread until it ends or `stop` fires.
+    pub fn run(self, stop: StopSignal, health: Arc<ComponentHealth>) {
+        (self.work)(stop, health)
+    }
+}
+
+/// Where components opened at start-up leave the background work they need. The agent
+/// starts every task under its stop signal; `kepler probe`, which opens components only to
+/// describe them, drops them unstarted.
+#[derive(Debug, Default)]
+pub struct Background {
+    tasks: Mutex<Vec<BackgroundTask>>,
+}
+
+impl Background {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    pub fn push(&self, task: BackgroundTask) {
+        self.tasks
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .push(task);
+    }
+
+    /// The tasks left so far, in the order they were pushed; the list is emptied.
+    pub fn take(&self) -> Vec<BackgroundTask> {
+        std::mem::take(&mut *self.tasks.lock().unwrap_or_else(PoisonError::into_inner))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -67,5 +154,33 @@ mod tests {
     #[test]
     fn without_a_stop_the_wait_times_out() {
         assert!(!StopSignal::new().wait(Duration::from_millis(1)));
+    }
+
+    #[test]
+    fn background_tasks_are_handed_over_once_and_run_with_their_health() {
+        let background = Background::new();
+        let (tx, rx) = std::sync::mpsc::channel();
+        background.push(BackgroundTask::new(
+            "t",
+            ComponentKind::ModelRefresh,
+            "model",
+            move |stop, health| {
+                health.set_down();
+                let _ = tx.send(stop.is_stopped());
+            },
+        ));
+        let tasks = background.take();
+        assert!(background.take().is_empty());
+        let [task] = <[BackgroundTask; 1]>::try_from(tasks).unwrap();
+        assert_eq!(
+            (task.thread_name(), task.kind(), task.component()),
+            ("t", ComponentKind::ModelRefresh, "model")
+        );
+        let health = crate::Health::new().register(task.kind(), task.component());
+        let stop = StopSignal::new();
+        stop.stop();
+        task.run(stop, health.clone());
+        assert_eq!(rx.try_recv(), Ok(true));
+        assert!(!health.is_up());
     }
 }

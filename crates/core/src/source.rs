@@ -4,7 +4,7 @@ use std::sync::Arc;
 
 use crate::domain::{PowerDomain, ZoneMeta};
 use crate::energy::ZoneReading;
-use crate::features::FeatureRates;
+use crate::features::{Feature, FeatureRates};
 use crate::usage::UsageSnapshot;
 
 /// Why a source or meter cannot be used on this host. Shown by `kepler probe` and logged once.
@@ -131,7 +131,7 @@ pub trait UsageSource: Send {
     }
     /// Model features (DESIGN §7) that `kepler_core::features::node_features` can compute from
     /// this source's snapshots. Every source gives busy CPU time.
-    fn features(&self) -> Vec<String> {
-        vec![crate::features::BPF_CPU_TIME_MS.to_string()]
+    fn features(&self) -> Vec<Feature> {
+        vec![Feature::BpfCpuTimeMs]
     }
 }

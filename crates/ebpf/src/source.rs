@@ -11,7 +11,8 @@ use std::time::Duration;
 use aya::maps::{Array, HashMap as BpfHashMap, MapData, PerCpuArray, RingBuf};
 use aya::Ebpf;
 use kepler_core::{
-    Classifier, ProcessInfo, ProcessKey, ReadError, Unavailable, UsageSnapshot, UsageSource,
+    Classifier, Feature, ProcessInfo, ProcessKey, ReadError, Unavailable, UsageSnapshot,
+    UsageSource,
 };
 use kepler_sources::ProcfsReader;
 
@@ -276,19 +277,26 @@ impl UsageSource for EbpfSource {
         true
     }
 
-    fn features(&self) -> Vec<String> {
-        use kepler_core::features as f;
-        let mut names = vec![f::BPF_CPU_TIME_MS];
+    fn features(&self) -> Vec<Feature> {
+        let mut features = vec![Feature::BpfCpuTimeMs];
         if self.probes.page_cache.is_active() {
-            names.push("bpf_page_cache_hit");
+            features.push(Feature::BpfPageCacheHit);
         }
         if self.probes.softirq.is_active() {
-            names.extend(["bpf_block_irq", "bpf_net_rx_irq", "bpf_net_tx_irq"]);
+            features.extend([
+                Feature::BpfBlockIrq,
+                Feature::BpfNetRxIrq,
+                Feature::BpfNetTxIrq,
+            ]);
         }
         if self.probes.hw_counters.is_active() {
-            names.extend(["cpu_cycles", "cpu_instructions", "cache_miss"]);
+            features.extend([
+                Feature::CpuCycles,
+                Feature::CpuInstructions,
+                Feature::CacheMiss,
+            ]);
         }
-        names.into_iter().map(String::from).collect()
+        features
     }
 
     fn snapshot(&mut self) -> Result<UsageSnapshot, ReadError> {

@@ -376,8 +376,8 @@ fn encode_features(
 ) {
     if levels.contains(Level::Node) {
         let mut f = w.family(&r::NODE_FEATURE_RATE);
-        for (name, rate) in features.node.measured() {
-            f.sample([name], rate);
+        for (feature, rate) in features.node.measured() {
+            f.sample([feature.as_str()], rate);
         }
     }
     if levels.contains(Level::Process) {
@@ -392,8 +392,8 @@ fn encode_features(
         for (key, rates) in &features.processes {
             let comm = comms.get(key).copied().unwrap_or("");
             let pid = pid_text.format(key.pid);
-            for (name, rate) in rates.measured() {
-                f.sample([pid, comm, name], rate);
+            for (feature, rate) in rates.measured() {
+                f.sample([pid, comm, feature.as_str()], rate);
             }
         }
     }

@@ -1,11 +1,14 @@
-//! Builders for simulated sysfs trees, for this crate's tests and for other crates' tests that
-//! need a host with RAPL or hwmon (enable the `fixtures` feature).
+//! Builders for simulated sysfs trees and MSR devices, for this crate's tests and for other
+//! crates' tests that need a host with RAPL or hwmon (enable the `fixtures` feature).
 //!
-//! Values are written to a temporary file and renamed into place, so a meter reading
-//! concurrently sees either the old or the new value, never an empty file.
+//! Sysfs values are written to a temporary file and renamed into place, so a meter reading
+//! concurrently sees either the old or the new value, never an empty file. MSR devices are
+//! sparse files whose 8 bytes at each register's offset hold its value, written in place
+//! (pread of an aligned 8-byte range sees the old or the new value).
 
 use std::fs;
 use std::io;
+use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
 /// A simulated `<sysfs>/class/powercap` with RAPL zones.
@@ -204,6 +207,83 @@ impl HwmonTree {
             fs::create_dir_all(parent)?;
         }
         write_atomic(&path, value)
+    }
+}
+
+/// Simulated MSR devices (`<root>/<cpu>/msr`), the CPU topology under
+/// `<sysfs>/devices/system/cpu` and `<procfs>/cpuinfo`.
+#[derive(Debug)]
+pub struct MsrTree {
+    sysfs: PathBuf,
+    root: PathBuf,
+}
+
+impl MsrTree {
+    /// Creates the MSR root and the sysfs CPU directory, with no CPU yet.
+    pub fn create(sysfs: &Path, root: &Path) -> io::Result<Self> {
+        fs::create_dir_all(root)?;
+        fs::create_dir_all(sysfs.join("devices/system/cpu"))?;
+        Ok(MsrTree {
+            sysfs: sysfs.to_path_buf(),
+            root: root.to_path_buf(),
+        })
+    }
+
+    /// Adds logical CPU `cpu` in `package` and `core`: its topology files and an empty MSR
+    /// device, where every register reads 0 until written (a read past the end fails, as an
+    /// absent register does with EIO).
+    pub fn add_cpu(&self, cpu: u32, package: u32, core: u32) -> io::Result<()> {
+        let topology = self
+            .sysfs
+            .join(format!("devices/system/cpu/cpu{cpu}/topology"));
+        fs::create_dir_all(&topology)?;
+        write_atomic(
+            &topology.join("physical_package_id"),
+            &format!("{package}\n"),
+        )?;
+        write_atomic(&topology.join("core_id"), &format!("{core}\n"))?;
+        write_atomic(&topology.join("die_id"), "0\n")?;
+        let device = self.msr_file(cpu);
+        if let Some(dir) = device.parent() {
+            fs::create_dir_all(dir)?;
+        }
+        fs::File::create(device).map(drop)
+    }
+
+    /// Sets a register of a CPU's device (8 bytes, little-endian, at the register's offset).
+    /// In a file, registers less than 8 apart share bytes (AMD's unit, core and package
+    /// registers are consecutive): write the lower one first, and keep registers whose windows
+    /// would overlap on different CPUs, as the meter reads them.
+    pub fn write(&self, cpu: u32, register: u64, value: u64) -> io::Result<()> {
+        let file = fs::OpenOptions::new()
+            .write(true)
+            .open(self.msr_file(cpu))?;
+        file.write_all_at(&value.to_le_bytes(), register)
+    }
+
+    /// `<root>/<cpu>/msr`.
+    pub fn msr_file(&self, cpu: u32) -> PathBuf {
+        self.root.join(cpu.to_string()).join("msr")
+    }
+
+    /// Writes `<procfs>/cpuinfo` with `cpus` processors of one model.
+    pub fn write_cpuinfo(
+        procfs: &Path,
+        vendor: &str,
+        family: u32,
+        model: u32,
+        cpus: u32,
+    ) -> io::Result<()> {
+        fs::create_dir_all(procfs)?;
+        let text: String = (0..cpus)
+            .map(|n| {
+                format!(
+                    "processor\t: {n}\nvendor_id\t: {vendor}\ncpu family\t: {family}\n\
+                     model\t\t: {model}\nmodel name\t: fixture CPU\nflags\t\t: fpu msr\n\n"
+                )
+            })
+            .collect();
+        write_atomic(&procfs.join("cpuinfo"), &text)
     }
 }
 

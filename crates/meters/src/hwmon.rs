@@ -5,23 +5,49 @@
 //! `inN_input` (mV) × `currN_input` (mA) for each N that has both. Zones are named
 //! `platform` for the ACPI power meter (`power_meter`), else the sensor's label, lowercased,
 //! else the chip name (`<chip>-<kind>N` when an unlabelled chip has several sensors).
+//!
+//! The ACPI power meter measures the whole machine, not the CPU: it is its own meter, `acpi`
+//! in the platform domain ([`HwmonMeter::open_platform`]), and the CPU domain's `hwmon` meter
+//! ([`HwmonMeter::open`]) always leaves it out. So a host with RAPL exports both, and a host
+//! whose only sensor is the ACPI meter gets its CPU zones from the next meter of the CPU
+//! chain (the estimation model) and the machine's power under zone `platform`.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use kepler_core::{
-    MeterInput, MicroJoules, PowerMeter, ReadError, Unavailable, Watts, ZoneReading, ZoneSample,
+    MeterInput, MicroJoules, PowerDomain, PowerMeter, ReadError, Unavailable, Watts, ZoneReading,
+    ZoneSample,
 };
 use tracing::{debug, warn};
 
 use crate::sysfs::{natural_cmp, read_i64, read_text, read_u64, AttrError};
 
-/// The hwmon meter.
+/// The hwmon meter: CPU-domain sensors (`hwmon`) or the ACPI power meter (`acpi`).
 #[derive(Debug)]
 pub struct HwmonMeter {
+    role: Role,
     sensors: Vec<Sensor>,
     buf: String,
+}
+
+/// Which chips a meter takes.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+enum Role {
+    /// Every chip but the ACPI power meter.
+    Cpu,
+    /// The ACPI power meter only.
+    Platform,
+}
+
+/// The ACPI power meter's chip name.
+const ACPI_CHIP: &str = "power_meter";
+
+impl Role {
+    fn takes(self, chip: &str) -> bool {
+        (normalize(chip) == ACPI_CHIP) == (self == Role::Platform)
+    }
 }
 
 #[derive(Debug)]
@@ -67,10 +93,20 @@ impl ChipFiles {
 }
 
 impl HwmonMeter {
-    /// Finds the power and energy sensors of every chip under `<sysfs>/class/hwmon`, keeping
-    /// those whose zone name is in `filter` (case-insensitive; empty keeps all), and checks
-    /// that each can be read.
+    /// Finds the power and energy sensors of every chip under `<sysfs>/class/hwmon` except the
+    /// ACPI power meter, keeping those whose zone name is in `filter` (case-insensitive; empty
+    /// keeps all), and checks that each can be read.
     pub fn open(sysfs: &Path, filter: &[String]) -> Result<Self, Unavailable> {
+        Self::open_role(sysfs, filter, Role::Cpu)
+    }
+
+    /// The ACPI power meter (chip `power_meter`, zone `platform`) for the platform domain;
+    /// `filter` (`experimental.hwmon.zones`) leaves it out unless empty or naming `platform`.
+    pub fn open_platform(sysfs: &Path, filter: &[String]) -> Result<Self, Unavailable> {
+        Self::open_role(sysfs, filter, Role::Platform)
+    }
+
+    fn open_role(sysfs: &Path, filter: &[String], role: Role) -> Result<Self, Unavailable> {
         let class = sysfs.join("class").join("hwmon");
         let entries = std::fs::read_dir(&class).map_err(|e| {
             if e.kind() == std::io::ErrorKind::NotFound {
@@ -102,14 +138,24 @@ impl HwmonMeter {
             let Some((chip, sensors)) = discover_chip(dir) else {
                 continue;
             };
+            if role.takes(&chip) {
+                candidates.extend(sensors);
+            } else {
+                debug!(chip, ?role, "hwmon chip belongs to the other hwmon meter");
+            }
             chip_names.push(chip);
-            candidates.extend(sensors);
         }
         if candidates.is_empty() {
-            return Err(Unavailable::new(format!(
-                "no hwmon chip reports power or energy (chips: {})",
-                chip_names.join(", ")
-            )));
+            let chips = chip_names.join(", ");
+            return Err(Unavailable::new(match role {
+                Role::Cpu if chip_names.iter().any(|c| normalize(c) == ACPI_CHIP) => format!(
+                    "no hwmon chip but the ACPI power meter reports power or energy (chips: {chips}); the ACPI power meter feeds the platform domain (meter acpi)"
+                ),
+                Role::Cpu => format!("no hwmon chip reports power or energy (chips: {chips})"),
+                Role::Platform => format!(
+                    "no ACPI power meter (hwmon chip {ACPI_CHIP}) reports power (chips: {chips})"
+                ),
+            }));
         }
 
         let wanted: Vec<String> = filter
@@ -150,13 +196,23 @@ impl HwmonMeter {
                 ))
             });
         }
-        Ok(HwmonMeter { sensors, buf })
+        Ok(HwmonMeter { role, sensors, buf })
     }
 }
 
 impl PowerMeter for HwmonMeter {
     fn name(&self) -> &str {
-        "hwmon"
+        match self.role {
+            Role::Cpu => "hwmon",
+            Role::Platform => "acpi",
+        }
+    }
+
+    fn domain(&self) -> PowerDomain {
+        match self.role {
+            Role::Cpu => PowerDomain::Cpu,
+            Role::Platform => PowerDomain::Platform,
+        }
     }
 
     fn zones(&self) -> Vec<String> {
@@ -341,7 +397,7 @@ fn normalize(text: &str) -> String {
 
 pub(crate) fn zone_for(chip: &str, label: Option<&str>, channel: &str, single: bool) -> String {
     let chip = normalize(chip);
-    if chip == "power_meter" {
+    if chip == ACPI_CHIP {
         return "platform".to_string();
     }
     match label {

@@ -1,10 +1,13 @@
 //! Node power meters for kepler-rs, each behind [`kepler_core::PowerMeter`]:
 //!
 //! - [`rapl::RaplMeter`] (`rapl`): Intel/AMD RAPL through the kernel's powercap sysfs;
-//! - [`hwmon::HwmonMeter`] (`hwmon`): power and energy sensors of hwmon chips, the ACPI power
-//!   meter included;
+//! - [`msr::MsrMeter`] (`msr`): the same RAPL counters read from `/dev/cpu/*/msr`, opt-in;
+//! - [`hwmon::HwmonMeter`]: power and energy sensors of hwmon chips (`hwmon`, CPU domain), and
+//!   the ACPI power meter (`acpi`, platform domain);
 //! - [`fake::FakeMeter`] (`fake`): deterministic numbers for development on hosts without
 //!   power hardware;
+//! - [`model::ModelMeter`] (`model`): power estimated by a model, opened by
+//!   [`model::open_model_meter`] (model choice, download and refresh all live in [`model`]);
 //! - [`redfish`] (`redfish`) and [`ipmi`] (`ipmi`): platform power from the node's BMC, over
 //!   Redfish or IPMI DCMI, behind the [`polled`] adapter.
 //!
@@ -23,6 +26,7 @@ pub mod fake;
 pub mod hwmon;
 pub mod ipmi;
 pub mod model;
+pub mod msr;
 pub mod polled;
 pub mod rapl;
 pub mod redfish;
@@ -33,16 +37,21 @@ mod sysfs;
 pub mod fixtures;
 
 use std::path::PathBuf;
+use std::time::Duration;
 
 pub use fake::{Clock, FakeMeter, FakeSettings, ManualClock, MonotonicClock};
 pub use hwmon::HwmonMeter;
 pub use ipmi::{IpmiInterface, IpmiSettings};
-pub use model::{ModelFile, ModelMeter, OutputType};
+pub use model::{
+    open_model_meter, EstimatorSettings, ModelChoice, ModelFile, ModelMeter, ModelRefresh,
+    OutputChoice, OutputType,
+};
+pub use msr::{MsrConfig, MsrMeter};
 pub use polled::{PollTiming, Polled, PolledMeter, Poller, SlowDevice};
 pub use rapl::RaplMeter;
 pub use redfish::RedfishSettings;
 pub use registry::{
-    Attempt, Chain, DomainProbe, MeterName, OpenContext, OpenEstimator, ProbeRow, Selection, Spawn,
+    Attempt, Chain, DomainProbe, MeterName, OpenContext, OpenEstimator, ProbeRow, Selection,
     UnknownMeter,
 };
 
@@ -56,12 +65,18 @@ pub const QUIET_LOG_TARGETS: [&str; 2] = ["ureq=debug", "ureq_proto=debug"];
 pub struct MeterSettings {
     /// Root of sysfs (`host.sysfs`).
     pub sysfs: PathBuf,
+    /// Root of procfs (`host.procfs`), for cpuinfo.
+    pub procfs: PathBuf,
+    /// `monitor.interval`: how long meters must keep counting between two reads.
+    pub interval: Duration,
     /// `rapl.zones`: zone names to keep; empty keeps all.
     pub rapl_zones: Vec<String>,
     /// `experimental.hwmon.zones`: zone names to keep; empty keeps all.
     pub hwmon_zones: Vec<String>,
     /// `dev.fake-cpu-meter`.
     pub fake: FakeSettings,
+    /// `msr`.
+    pub msr: MsrConfig,
     /// The agent's node name (`kube.nodeName`, else the hostname): the BMC file's key when
     /// the Redfish section names no node.
     pub node_name: String,
@@ -77,9 +92,12 @@ impl Default for MeterSettings {
     fn default() -> Self {
         MeterSettings {
             sysfs: PathBuf::from("/sys"),
+            procfs: PathBuf::from("/proc"),
+            interval: Duration::from_secs(5),
             rapl_zones: Vec::new(),
             hwmon_zones: Vec::new(),
             fake: FakeSettings::default(),
+            msr: MsrConfig::default(),
             node_name: String::new(),
             poll_interval: std::time::Duration::from_secs(5),
             redfish: RedfishSettings::default(),

@@ -7,8 +7,8 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use kepler_core::{
-    ComponentHealth, MeterInput, PlatformPower, PowerDomain, PowerMeter, Provenance, ReadError,
-    StopSignal, ZoneReading,
+    BackgroundTask, ComponentHealth, ComponentKind, MeterInput, PlatformPower, PowerDomain,
+    PowerMeter, Provenance, ReadError, StopSignal, ZoneReading,
 };
 use tracing::{debug, warn};
 
@@ -170,9 +170,10 @@ impl PowerMeter for PolledMeter {
     }
 }
 
-/// Builds a polled meter for a slow device and starts its poller on the agent's service
-/// (`cx.spawn`, reporting to `cx.health` as a `Poller`). Where no service runs (`kepler
-/// probe`), the device is asked once, now, and `detail` says what it answered.
+/// Builds a polled meter for a slow device and hands its poller to the agent
+/// (`cx.background`: started on its service under its stop signal, reporting as a `poller`).
+/// Where nothing will run it (`kepler probe`), the device is asked once, now, and `detail`
+/// says what it answered.
 pub fn start(
     cx: &crate::registry::OpenContext<'_>,
     name: &str,
@@ -182,23 +183,22 @@ pub fn start(
     timing: PollTiming,
     detail: String,
 ) -> Result<PolledMeter, kepler_core::Unavailable> {
-    // The agent's health, or a private one where there is none (probe).
-    let health = match cx.health {
-        Some(h) => h.register(kepler_core::ComponentKind::Poller, name),
-        None => kepler_core::Health::new().register(kepler_core::ComponentKind::Poller, name),
-    };
+    // Replaced by the agent's own handle when the task starts; probe keeps this private one.
+    let health = kepler_core::Health::new().register(ComponentKind::Poller, name);
     let zones = vec![domain.as_str().to_string()];
     let (meter, mut poller) =
         PolledMeter::new(name, domain, provenance, zones, device, timing, health);
-    match cx.spawn {
-        Some(spawn) => {
-            spawn(
-                &format!("kepler-{name}"),
-                Box::new(move |stop| poller.run(stop)),
-            )
-            .map_err(|e| {
-                kepler_core::Unavailable::new(format!("cannot start the {name} poller: {e}"))
-            })?;
+    match cx.background {
+        Some(background) => {
+            background.push(BackgroundTask::new(
+                format!("kepler-{name}"),
+                ComponentKind::Poller,
+                name,
+                move |stop, health| {
+                    poller.health = health;
+                    poller.run(stop);
+                },
+            ));
             Ok(meter.with_detail(detail))
         }
         None => {

@@ -8,32 +8,26 @@
 use std::fmt;
 use std::str::FromStr;
 
-use kepler_core::{Health, PowerDomain, PowerMeter, StopSignal, Unavailable};
+use kepler_core::{Background, Feature, PowerDomain, PowerMeter, Unavailable};
 use tracing::info;
 
-use crate::{FakeMeter, HwmonMeter, MeterSettings, RaplMeter};
+use crate::{msr, FakeMeter, HwmonMeter, MeterSettings, MsrMeter, RaplMeter};
 
 /// Opens the estimation meter from the features the usage source provides. The agent supplies
 /// it: the model depends on the agent's configuration and on facts about the host that this
 /// crate does not read.
-pub type OpenEstimator<'a> = dyn Fn(&[String]) -> Result<Box<dyn PowerMeter>, Unavailable> + 'a;
-
-/// Starts a named background thread on the agent's service (which stops it with the
-/// agent); used by meters of slow devices for their pollers.
-pub type Spawn<'a> = dyn Fn(&str, Box<dyn FnOnce(StopSignal) + Send>) -> std::io::Result<()> + 'a;
+pub type OpenEstimator<'a> = dyn Fn(&[Feature]) -> Result<Box<dyn PowerMeter>, Unavailable> + 'a;
 
 /// What opening a meter may use.
 pub struct OpenContext<'a> {
     pub settings: &'a MeterSettings,
     /// The features the usage source provides (what an estimation model may use).
-    pub features: &'a [String],
+    pub features: &'a [Feature],
     /// How to open the `model` meter; `None` leaves it unavailable.
     pub estimator: Option<&'a OpenEstimator<'a>>,
-    /// Where slow meters start their poller; `None` (`kepler probe`) makes them ask their
-    /// device once while opening instead.
-    pub spawn: Option<&'a Spawn<'a>>,
-    /// The agent's health, where pollers report; `None` keeps their state private.
-    pub health: Option<&'a Health>,
+    /// Where slow meters leave their poller for the agent to start (kind `poller` in its
+    /// health); `None` (`kepler probe`) makes them ask their device once while opening.
+    pub background: Option<&'a Background>,
 }
 
 impl<'a> OpenContext<'a> {
@@ -43,8 +37,7 @@ impl<'a> OpenContext<'a> {
             settings,
             features: &[],
             estimator: None,
-            spawn: None,
-            health: None,
+            background: None,
         }
     }
 }
@@ -68,8 +61,19 @@ static ROWS: &[MeterRow] = &[
         domain: PowerDomain::Cpu,
         open: |cx| {
             let s = cx.settings;
-            Ok(Box::new(RaplMeter::open(&s.sysfs, &s.rapl_zones)?))
+            // Without powercap zones, say whether the msr meter could read RAPL instead.
+            let meter =
+                RaplMeter::open(&s.sysfs, &s.rapl_zones).map_err(|e| match msr::rapl_hint(s) {
+                    Some(hint) => Unavailable::new(format!("{}; {hint}", e.reason)),
+                    None => e,
+                })?;
+            Ok(Box::new(meter))
         },
+    },
+    MeterRow {
+        name: MSR,
+        domain: PowerDomain::Cpu,
+        open: |cx| Ok(Box::new(MsrMeter::open(cx.settings)?)),
     },
     MeterRow {
         name: "hwmon",
@@ -102,12 +106,25 @@ static ROWS: &[MeterRow] = &[
         domain: PowerDomain::Platform,
         open: |cx| Ok(Box::new(crate::ipmi::open(cx)?)),
     },
+    MeterRow {
+        name: "acpi",
+        domain: PowerDomain::Platform,
+        open: |cx| {
+            let s = cx.settings;
+            Ok(Box::new(HwmonMeter::open_platform(
+                &s.sysfs,
+                &s.hwmon_zones,
+            )?))
+        },
+    },
 ];
 
 /// The estimation meter: the CPU chain's last resort.
 const MODEL: &str = "model";
 /// The development meter: the whole CPU chain when `dev.fake-cpu-meter.enabled` is set.
 const FAKE: &str = "fake";
+/// RAPL over MSR: joins the CPU chain when `msr.enabled` is set (see [`MeterName::msr`]).
+const MSR: &str = "msr";
 
 /// A meter of the registry, as named in configuration. Only names of registry rows parse, so
 /// holding one means the meter exists; names are case-insensitive (`RAPL` is `rapl`).
@@ -133,6 +150,11 @@ impl MeterName {
     /// The development meter.
     pub fn fake() -> Option<MeterName> {
         MeterName::lookup(FAKE)
+    }
+
+    /// The RAPL-over-MSR meter.
+    pub fn msr() -> Option<MeterName> {
+        MeterName::lookup(MSR)
     }
 
     fn lookup(name: &str) -> Option<MeterName> {
@@ -370,7 +392,7 @@ mod tests {
         assert_eq!(err.name, "nvml");
         assert_eq!(
             err.to_string(),
-            "unknown meter \"nvml\" (known: rapl, hwmon, fake, model, redfish, ipmi)"
+            "unknown meter \"nvml\" (known: rapl, msr, hwmon, fake, model, redfish, ipmi, acpi)"
         );
     }
 }

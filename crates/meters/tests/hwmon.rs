@@ -1,11 +1,12 @@
-//! The hwmon meter on simulated sysfs trees.
+//! The hwmon meters on simulated sysfs trees: `hwmon` (CPU domain, every chip but the ACPI
+//! power meter) and `acpi` (platform domain, the ACPI power meter only).
 
 use std::time::Duration;
 
 use kepler_core::MeterInput;
 use kepler_core::{
-    zone_energies, EnergySnapshot, MicroJoules, PowerMeter, ReadError, Watts, ZoneReading,
-    ZoneSample,
+    zone_energies, EnergySnapshot, MicroJoules, PowerDomain, PowerMeter, ReadError, Watts,
+    ZoneReading, ZoneSample,
 };
 use kepler_meters::fixtures::HwmonTree;
 use kepler_meters::HwmonMeter;
@@ -84,47 +85,48 @@ fn mixed_host(sysfs: &std::path::Path) -> HwmonTree {
 fn each_kind_of_chip_is_read() {
     let dir = tempfile::tempdir().unwrap();
     let _tree = mixed_host(dir.path());
+    // The ACPI power meter is the platform domain's meter; the CPU meter takes the rest.
+    let mut platform = HwmonMeter::open_platform(dir.path(), &none()).unwrap();
+    assert_eq!(platform.name(), "acpi");
+    assert_eq!(platform.domain(), PowerDomain::Platform);
+    assert_eq!(platform.zones(), vec!["platform"]);
     let mut meter = HwmonMeter::open(dir.path(), &none()).unwrap();
     assert_eq!(meter.name(), "hwmon");
+    assert_eq!(meter.domain(), PowerDomain::Cpu);
     assert_eq!(
         meter.zones(),
-        vec![
-            "platform",
-            "amd_energy",
-            "svi2_p_core",
-            "ina3221-in0",
-            "ina3221-in2"
-        ]
+        vec!["amd_energy", "svi2_p_core", "ina3221-in0", "ina3221-in2"]
     );
 
-    let r = read(&mut meter);
+    let p = read(&mut platform);
     let class = dir.path().join("class/hwmon");
     assert_eq!(
-        &*r[0].path,
+        &*p[0].path,
         class.join("hwmon1/power1_average").to_str().unwrap()
     );
-    assert!((watts(&r[0]) - 215.5).abs() < 1e-9);
+    assert!((watts(&p[0]) - 215.5).abs() < 1e-9);
 
+    let r = read(&mut meter);
     assert_eq!(
-        &*r[1].path,
+        &*r[0].path,
         class.join("hwmon2/energy1_input").to_str().unwrap()
     );
     assert_eq!(
-        r[1].sample,
+        r[0].sample,
         ZoneSample::Energy {
             counter: MicroJoules(123_456_789),
             max: None
         }
     );
 
-    assert!(r[2].path.ends_with("hwmon3/power1_average"));
-    assert!((watts(&r[2]) - 30.0).abs() < 1e-9);
+    assert!(r[1].path.ends_with("hwmon3/power1_average"));
+    assert!((watts(&r[1]) - 30.0).abs() < 1e-9);
 
     // 12 V × 1.5 A and 3.3 V × 2 A.
-    assert!((watts(&r[3]) - 18.0).abs() < 1e-9);
-    assert!((watts(&r[4]) - 6.6).abs() < 1e-9);
+    assert!((watts(&r[2]) - 18.0).abs() < 1e-9);
+    assert!((watts(&r[3]) - 6.6).abs() < 1e-9);
     assert_eq!(
-        &*r[3].path,
+        &*r[2].path,
         format!("{}*curr0_input", class.join("hwmon4/in0_input").display())
     );
 }
@@ -139,25 +141,29 @@ fn readings_follow_the_files_and_integrate_in_core() {
     let energy = tree
         .add_linked_chip(Some("amd_energy"), &[("energy1_input", "1000\n")])
         .unwrap();
+    let mut platform = HwmonMeter::open_platform(dir.path(), &none()).unwrap();
     let mut meter = HwmonMeter::open(dir.path(), &none()).unwrap();
-
-    let before = EnergySnapshot {
-        at: Duration::from_secs(10),
-        readings: read(&mut meter),
+    let snapshot = |at: u64, meter: &mut HwmonMeter| EnergySnapshot {
+        at: Duration::from_secs(at),
+        readings: read(meter),
     };
+
+    let before = [snapshot(10, &mut platform), snapshot(10, &mut meter)];
     HwmonTree::write(&acpi, "power1_average", "200000000\n").unwrap();
     HwmonTree::write(&energy, "energy1_input", "5001000\n").unwrap();
-    let after = EnergySnapshot {
-        at: Duration::from_secs(12),
-        readings: read(&mut meter),
-    };
+    let after = [snapshot(12, &mut platform), snapshot(12, &mut meter)];
 
-    let (energies, issues) = zone_energies(&before, &after, &std::sync::Arc::new(meter.meta()));
+    let meta = std::sync::Arc::new(platform.meta());
+    let (energies, issues) = zone_energies(&before[0], &after[0], &meta);
     assert!(issues.is_empty(), "{issues:?}");
     assert_eq!(&*energies[0].zone, "platform");
+    assert_eq!(energies[0].meta.domain, PowerDomain::Platform);
     assert_eq!(energies[0].energy, MicroJoules(400_000_000));
-    assert_eq!(&*energies[1].zone, "amd_energy");
-    assert_eq!(energies[1].energy, MicroJoules(5_000_000));
+    let meta = std::sync::Arc::new(meter.meta());
+    let (energies, issues) = zone_energies(&before[1], &after[1], &meta);
+    assert!(issues.is_empty(), "{issues:?}");
+    assert_eq!(&*energies[0].zone, "amd_energy");
+    assert_eq!(energies[0].energy, MicroJoules(5_000_000));
 }
 
 #[test]
@@ -173,7 +179,7 @@ fn attributes_in_the_device_directory_are_found() {
         ],
     )
     .unwrap();
-    let mut meter = HwmonMeter::open(dir.path(), &none()).unwrap();
+    let mut meter = HwmonMeter::open_platform(dir.path(), &none()).unwrap();
     let r = read(&mut meter);
     assert_eq!(&*r[0].zone, "platform");
     assert!(
@@ -201,36 +207,46 @@ fn several_unlabelled_power_sensors_are_numbered() {
 fn zone_filter_keeps_named_zones() {
     let dir = tempfile::tempdir().unwrap();
     let _tree = mixed_host(dir.path());
-    let meter = HwmonMeter::open(
-        dir.path(),
-        &["PLATFORM".to_string(), "svi2_p_core".to_string()],
-    )
-    .unwrap();
-    assert_eq!(meter.zones(), vec!["platform", "svi2_p_core"]);
+    let filter = ["PLATFORM".to_string(), "svi2_p_core".to_string()];
+    let meter = HwmonMeter::open(dir.path(), &filter).unwrap();
+    assert_eq!(meter.zones(), vec!["svi2_p_core"]);
+    let platform = HwmonMeter::open_platform(dir.path(), &filter).unwrap();
+    assert_eq!(platform.zones(), vec!["platform"]);
 
-    let err = HwmonMeter::open(dir.path(), &["gpu".to_string()]).unwrap_err();
+    let gpu = ["gpu".to_string()];
+    for err in [
+        HwmonMeter::open(dir.path(), &gpu).unwrap_err(),
+        HwmonMeter::open_platform(dir.path(), &gpu).unwrap_err(),
+    ] {
+        assert!(
+            err.reason
+                .contains("no hwmon zone matches experimental.hwmon.zones"),
+            "{err}"
+        );
+    }
+    let err = HwmonMeter::open(dir.path(), &gpu).unwrap_err();
+    assert!(err.reason.contains("\"svi2_p_core\""), "{err}");
+    let err = HwmonMeter::open_platform(dir.path(), &gpu).unwrap_err();
     assert!(
-        err.reason
-            .contains("no hwmon zone matches experimental.hwmon.zones"),
+        err.reason.ends_with("this host has [\"platform\"]"),
         "{err}"
     );
-    assert!(err.reason.contains("\"platform\""), "{err}");
 }
 
 #[test]
 fn unreadable_sensor_is_skipped_at_open_and_an_error_later() {
     let dir = tempfile::tempdir().unwrap();
     let mut tree = HwmonTree::create(dir.path()).unwrap();
-    let acpi = tree
-        .add_chip(Some("power_meter"), &[("power1_average", "100000000\n")])
+    let good = tree
+        .add_chip(Some("zenpower"), &[("power1_average", "100000000\n")])
         .unwrap();
     // A directory stands in for a file the driver cannot read (ENODATA on real ACPI meters).
     tree.add_chip(Some("broken"), &[("power1_input/x", "")])
         .unwrap();
     let mut meter = HwmonMeter::open(dir.path(), &none()).unwrap();
-    assert_eq!(meter.zones(), vec!["platform"]);
+    assert_eq!(meter.zones(), vec!["zenpower"]);
 
-    std::fs::remove_file(acpi.join("power1_average")).unwrap();
+    std::fs::remove_file(good.join("power1_average")).unwrap();
     let mut out = Vec::new();
     assert!(matches!(
         meter.read(&MeterInput::default(), &mut out),
@@ -262,9 +278,21 @@ fn unavailable_reasons_are_precise() {
         "no hwmon chip reports power or energy (chips: coretemp, nct6775)"
     );
 
+    let err = HwmonMeter::open_platform(dir.path(), &none()).unwrap_err();
+    assert_eq!(
+        err.reason,
+        "no ACPI power meter (hwmon chip power_meter) reports power (chips: coretemp, nct6775)"
+    );
+
     tree.add_chip(Some("power_meter"), &[("power1_average", "garbage\n")])
         .unwrap();
+    // The CPU meter never takes the ACPI power meter, and says where it went.
     let err = HwmonMeter::open(dir.path(), &none()).unwrap_err();
+    assert_eq!(
+        err.reason,
+        "no hwmon chip but the ACPI power meter reports power or energy (chips: coretemp, nct6775, power_meter); the ACPI power meter feeds the platform domain (meter acpi)"
+    );
+    let err = HwmonMeter::open_platform(dir.path(), &none()).unwrap_err();
     assert!(
         err.reason
             .starts_with("no readable hwmon power or energy sensor:"),

@@ -9,7 +9,9 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use kepler_core::{Health, MeterInput, PowerMeter, StopSignal, Unavailable, ZoneSample};
+use kepler_core::{
+    Background, Health, MeterInput, PowerMeter, StopSignal, Unavailable, ZoneSample,
+};
 use kepler_meters::{IpmiInterface, IpmiSettings, MeterName, MeterSettings, OpenContext};
 
 const PASSWORD: &str = "ipmi-Pa55-word";
@@ -73,20 +75,22 @@ impl Drop for Threads {
 fn open(settings: &MeterSettings) -> (Result<Box<dyn PowerMeter>, Unavailable>, Threads) {
     let stop = StopSignal::new();
     let threads = Threads(stop.clone());
-    let spawn = move |name: &str, work: Box<dyn FnOnce(StopSignal) + Send>| {
-        let stop = stop.clone();
-        std::thread::Builder::new()
-            .name(name.to_string())
-            .spawn(move || work(stop))
-            .map(|_| ())
-    };
+    let background = Background::new();
     let health = Health::new();
     let cx = OpenContext {
-        spawn: Some(&spawn),
-        health: Some(&health),
+        background: Some(&background),
         ..OpenContext::new(settings)
     };
     let meter = "ipmi".parse::<MeterName>().unwrap().open(&cx);
+    // What the agent's service does with the poller the meter left behind.
+    for task in background.take() {
+        let stop = stop.clone();
+        let component = health.register(task.kind(), task.component());
+        std::thread::Builder::new()
+            .name(task.thread_name().to_string())
+            .spawn(move || task.run(stop, component))
+            .unwrap();
+    }
     (meter, threads)
 }
 

@@ -9,8 +9,8 @@ use std::path::Path;
 use std::time::Duration;
 
 use kepler_core::{
-    ComponentKind, Health, MeterInput, PowerDomain, PowerMeter, StopSignal, Unavailable,
-    ZoneReading, ZoneSample,
+    Background, ComponentKind, Health, MeterInput, PowerDomain, PowerMeter, StopSignal,
+    Unavailable, ZoneReading, ZoneSample,
 };
 use kepler_meters::{MeterName, MeterSettings, OpenContext, RedfishSettings};
 use support::bmc::{FakeBmc, Mode, PASSWORD};
@@ -48,19 +48,21 @@ fn open(
 ) -> (Result<Box<dyn PowerMeter>, Unavailable>, Threads) {
     let stop = StopSignal::new();
     let threads = Threads(stop.clone());
-    let spawn = move |name: &str, work: Box<dyn FnOnce(StopSignal) + Send>| {
-        let stop = stop.clone();
-        std::thread::Builder::new()
-            .name(name.to_string())
-            .spawn(move || work(stop))
-            .map(|_| ())
-    };
+    let background = Background::new();
     let cx = OpenContext {
-        spawn: Some(&spawn),
-        health: Some(health),
+        background: Some(&background),
         ..OpenContext::new(settings)
     };
     let meter = "redfish".parse::<MeterName>().unwrap().open(&cx);
+    // What the agent's service does with the poller the meter left behind.
+    for task in background.take() {
+        let stop = stop.clone();
+        let component = health.register(task.kind(), task.component());
+        std::thread::Builder::new()
+            .name(task.thread_name().to_string())
+            .spawn(move || task.run(stop, component))
+            .unwrap();
+    }
     (meter, threads)
 }
 

@@ -4,10 +4,10 @@
 use std::cell::RefCell;
 use std::path::{Path, PathBuf};
 
-use kepler_core::{PowerDomain, PowerMeter, Unavailable};
-use kepler_meters::fixtures::{HwmonTree, PowercapTree};
+use kepler_core::{Feature, PowerDomain, PowerMeter, Unavailable};
+use kepler_meters::fixtures::{HwmonTree, MsrTree, PowercapTree};
 use kepler_meters::registry::{chains, probe, select};
-use kepler_meters::{FakeMeter, FakeSettings, MeterName, MeterSettings, OpenContext};
+use kepler_meters::{FakeMeter, FakeSettings, MeterName, MeterSettings, MsrConfig, OpenContext};
 use serde::de::value::{Error as DeError, StrDeserializer};
 use serde::de::IntoDeserializer;
 use serde::Deserialize;
@@ -35,11 +35,33 @@ fn with_powercap(sysfs: &Path) {
     .unwrap();
 }
 
+/// The ACPI power meter (platform domain) and a CPU-domain hwmon chip.
 fn with_power_meter(sysfs: &Path) {
     let mut hwmon = HwmonTree::create(sysfs).unwrap();
     hwmon
         .add_chip(Some("power_meter"), &[("power1_average", "1000000\n")])
         .unwrap();
+    hwmon
+        .add_chip(Some("amd_energy"), &[("energy1_input", "1000\n")])
+        .unwrap();
+}
+
+/// One Intel CPU with RAPL over MSR, and settings that enable the msr meter.
+fn with_msr(settings: &mut MeterSettings, base: &Path) {
+    let root = base.join("dev-cpu");
+    let procfs = base.join("proc");
+    let tree = MsrTree::create(&settings.sysfs, &root).unwrap();
+    MsrTree::write_cpuinfo(&procfs, "GenuineIntel", 6, 0x55, 1).unwrap();
+    tree.add_cpu(0, 0, 0).unwrap();
+    tree.write(0, kepler_meters::msr::INTEL_POWER_UNIT, 0xA0E03)
+        .unwrap();
+    tree.write(0, kepler_meters::msr::INTEL_PKG_ENERGY, 1_000)
+        .unwrap();
+    settings.procfs = procfs;
+    settings.msr = MsrConfig {
+        enabled: true,
+        root,
+    };
 }
 
 fn cpu_chain(preferred: &[&str], fake: bool) -> Vec<String> {
@@ -69,7 +91,7 @@ fn names_parse_in_any_case_and_unknown_ones_are_named() {
     for bad in ["magic", "", "rapl,hwmon", "nvml"] {
         let err = bad.parse::<MeterName>().unwrap_err();
         assert_eq!(err.name, bad);
-        assert!(err.to_string().contains("known: rapl, hwmon"), "{err}");
+        assert!(err.to_string().contains("known: rapl, msr, hwmon"), "{err}");
         let err = MeterName::deserialize::<StrDeserializer<DeError>>(bad.into_deserializer())
             .unwrap_err();
         assert!(err.to_string().contains("unknown meter"), "{err}");
@@ -81,8 +103,10 @@ fn every_row_opens_a_meter_of_its_name_and_domain() {
     let dir = tempfile::tempdir().unwrap();
     with_powercap(dir.path());
     with_power_meter(dir.path());
-    let settings = settings(dir.path());
-    let estimator = |_: &[String]| -> Result<Box<dyn PowerMeter>, Unavailable> {
+    let mut settings = settings(dir.path());
+    let msr_base = tempfile::tempdir().unwrap();
+    with_msr(&mut settings, msr_base.path());
+    let estimator = |_: &[Feature]| -> Result<Box<dyn PowerMeter>, Unavailable> {
         // Stands in for the agent's model meter: named `model` like the real one.
         Err(Unavailable::new("the test opens no model"))
     };
@@ -141,16 +165,17 @@ fn selection_takes_the_first_meter_that_opens() {
     let settings = settings(dir.path());
     let cx = OpenContext::new(&settings);
 
-    // No powercap tree: rapl says why, hwmon is taken, the model is not tried.
+    // No powercap tree: rapl says why, hwmon is taken, the model is not tried; the ACPI power
+    // meter is the platform domain's.
     let selection = select(&chains(&names(&["RAPL", "Hwmon"]), false), &cx);
     let meters: Vec<&str> = selection.meters.iter().map(|m| m.name()).collect();
-    assert_eq!(meters, vec!["hwmon"]);
+    assert_eq!(meters, vec!["hwmon", "acpi"]);
     let tried: Vec<(PowerDomain, String, bool)> = selection
         .attempts
         .iter()
         .map(|a| (a.domain, a.meter.to_string(), a.outcome.is_ok()))
         .collect();
-    // The platform chain is tried too, and says why nothing measures it here.
+    // The BMC meters come first in the platform chain and say why they do not measure here.
     assert_eq!(
         tried,
         vec![
@@ -158,26 +183,38 @@ fn selection_takes_the_first_meter_that_opens() {
             (PowerDomain::Cpu, "hwmon".into(), true),
             (PowerDomain::Platform, "redfish".into(), false),
             (PowerDomain::Platform, "ipmi".into(), false),
+            (PowerDomain::Platform, "acpi".into(), true),
         ]
     );
     assert_eq!(
         selection.attempts[1].outcome,
+        Ok(vec!["amd_energy".to_string()])
+    );
+    assert_eq!(
+        selection.attempts[2].outcome,
+        Err(Unavailable::new(
+            "experimental.platform.redfish.enabled is false"
+        ))
+    );
+    assert_eq!(
+        selection.attempts[4].outcome,
         Ok(vec!["platform".to_string()])
     );
 
+    // RAPL and the platform's power are both measured.
     with_powercap(dir.path());
     let selection = select(&chains(&names(&["rapl", "hwmon"]), false), &cx);
-    assert_eq!(selection.meters.len(), 1);
-    assert_eq!(selection.meters[0].name(), "rapl");
+    let meters: Vec<&str> = selection.meters.iter().map(|m| m.name()).collect();
+    assert_eq!(meters, vec!["rapl", "acpi"]);
 }
 
 #[test]
 fn the_model_is_opened_by_the_callers_estimator_with_the_sources_features() {
     let dir = tempfile::tempdir().unwrap();
     let settings = settings(dir.path());
-    let features = vec!["bpf_cpu_time_ms".to_string()];
-    let asked: RefCell<Vec<Vec<String>>> = RefCell::new(Vec::new());
-    let estimator = |f: &[String]| -> Result<Box<dyn PowerMeter>, Unavailable> {
+    let features = vec![Feature::BpfCpuTimeMs];
+    let asked: RefCell<Vec<Vec<Feature>>> = RefCell::new(Vec::new());
+    let estimator = |f: &[Feature]| -> Result<Box<dyn PowerMeter>, Unavailable> {
         asked.borrow_mut().push(f.to_vec());
         Ok(Box::new(FakeMeter::new(&FakeSettings::default())?))
     };
@@ -189,13 +226,12 @@ fn the_model_is_opened_by_the_callers_estimator_with_the_sources_features() {
     };
     let selection = select(&chains(&names(&["rapl", "hwmon"]), false), &cx);
     assert_eq!(selection.meters.len(), 1, "the estimator's meter is taken");
-    let cpu_attempts: Vec<&str> = selection
+    let last_cpu = selection
         .attempts
         .iter()
-        .filter(|a| a.domain == PowerDomain::Cpu)
-        .map(|a| a.meter.as_str())
-        .collect();
-    assert_eq!(cpu_attempts, vec!["rapl", "hwmon", "model"]);
+        .rfind(|a| a.domain == PowerDomain::Cpu)
+        .unwrap();
+    assert_eq!(last_cpu.meter.as_str(), "model");
     assert_eq!(*asked.borrow(), vec![features.clone()]);
 
     // Without an estimator the model says so, and the CPU domain has no meter.
@@ -230,6 +266,7 @@ fn probe_lists_every_row_of_each_domain_and_the_selected_one() {
             ("hwmon".into(), true, false),
             ("rapl".into(), true, true),
             ("model".into(), true, false),
+            ("msr".into(), false, false),
             ("fake".into(), false, true),
         ]
     );

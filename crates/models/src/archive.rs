@@ -22,7 +22,7 @@ use serde_json::Value;
 
 use crate::curvefit::{CurveFn, CurveKind};
 use crate::error::parse_json;
-use crate::features::{canonical_feature, Inputs};
+use crate::features::{parse_feature, Feature, Inputs};
 use crate::model::{ComponentFn, ComponentModel, ModelKind};
 use crate::trainer::Trainer;
 use crate::xgboost::Xgboost;
@@ -308,11 +308,11 @@ enum Function {
     Curve { curve: CurveFn, index: usize },
 }
 
-/// One component: its features (canonical names, in column order), the scalers applied in
-/// order, and the model.
+/// One component: its features (in column order), the scalers applied in order, and the
+/// model.
 #[derive(Debug)]
 struct ArchiveComponent {
-    features: Vec<String>,
+    features: Vec<Feature>,
     scalers: Vec<Arc<[f64]>>,
     /// Shared with the other components that name the same model file.
     function: Arc<Function>,
@@ -324,11 +324,11 @@ fn load_component(
     entry: &ComponentEntry,
     class: ModelClass,
 ) -> Result<ArchiveComponent, ModelError> {
-    let features: Vec<String> = entry
+    let features: Vec<Feature> = entry
         .features
         .iter()
-        .map(|f| canonical_feature(f).to_string())
-        .collect();
+        .map(|f| parse_feature(f))
+        .collect::<Result<_, _>>()?;
     let width = features.len();
     if entry.fe_files.len() > MAX_SCALERS {
         return Err(ModelError::Unsupported(format!(
@@ -407,11 +407,11 @@ impl ArchiveComponent {
 
     /// Column `i` of the input after every scaler.
     fn scaled(&self, inputs: &Inputs<'_>, i: usize) -> Result<f64, ModelError> {
-        let name = self
+        let feature = self
             .features
             .get(i)
             .ok_or_else(|| ModelError::invalid(format!("no feature column {i}")))?;
-        let mut x = inputs.get(name)?;
+        let mut x = inputs.get(*feature)?;
         for s in &self.scalers {
             x /= s.get(i).copied().unwrap_or(1.0);
         }
@@ -420,10 +420,10 @@ impl ArchiveComponent {
 }
 
 impl ComponentFn for ArchiveComponent {
-    fn required(&self) -> Vec<String> {
+    fn required(&self) -> Vec<Feature> {
         self.used_columns()
             .into_iter()
-            .filter_map(|i| self.features.get(i).cloned())
+            .filter_map(|i| self.features.get(i).copied())
             .collect()
     }
 

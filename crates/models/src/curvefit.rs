@@ -8,7 +8,7 @@
 //! for dram). Kepler's Go estimator instead feeds every component the first feature; we follow
 //! the trainer, since that is what the weights were fitted on.
 
-use crate::features::Inputs;
+use crate::features::{Feature, Inputs};
 use crate::model::{ComponentFn, ModelKind};
 use crate::ModelError;
 
@@ -94,14 +94,14 @@ impl CurveFn {
 #[derive(Debug, Clone)]
 pub(crate) struct Curve {
     pub(crate) curve: CurveFn,
-    pub(crate) feature: String,
+    pub(crate) feature: Feature,
     pub(crate) scale: f64,
 }
 
 impl ComponentFn for Curve {
-    fn required(&self) -> Vec<String> {
+    fn required(&self) -> Vec<Feature> {
         if self.curve.reads_input() {
-            vec![self.feature.clone()]
+            vec![self.feature]
         } else {
             Vec::new()
         }
@@ -111,28 +111,20 @@ impl ComponentFn for Curve {
         if !self.curve.reads_input() {
             return Ok(self.curve.constant());
         }
-        Ok(self.curve.apply(inputs.get(&self.feature)? / self.scale))
+        Ok(self.curve.apply(inputs.get(self.feature)? / self.scale))
     }
 }
 
-/// The feature a curve for `component` is fitted on, among the model's features (canonical
-/// names, see the module docs). `None` when the model has no features.
-pub(crate) fn curve_feature<'a>(component: &str, features: &'a [String]) -> Option<&'a String> {
-    let pick = |candidates: &[&str]| {
-        candidates
-            .iter()
-            .find_map(|c| features.iter().find(|f| f.as_str() == *c))
-    };
+/// The feature a curve for `component` is fitted on, among the model's features (sorted by
+/// name, see the module docs). `None` when the model has no features.
+pub(crate) fn curve_feature(component: &str, features: &[Feature]) -> Option<Feature> {
+    let pick = |candidates: &[Feature]| candidates.iter().copied().find(|c| features.contains(c));
     let main = || {
-        pick(&[
-            "cpu_instructions",
-            "bpf_cpu_time_ms",
-            "accelerator_intel_qat",
-        ])
-        .or_else(|| features.first())
+        pick(&[Feature::CpuInstructions, Feature::BpfCpuTimeMs])
+            .or_else(|| features.first().copied())
     };
     if component == "dram" {
-        pick(&["cache_miss", "bpf_page_cache_hit"]).or_else(main)
+        pick(&[Feature::CacheMiss, Feature::BpfPageCacheHit]).or_else(main)
     } else {
         main()
     }

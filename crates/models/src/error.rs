@@ -3,6 +3,8 @@
 
 use std::path::PathBuf;
 
+use kepler_core::features::Feature;
+
 /// Why a model could not be loaded or could not predict.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
@@ -57,18 +59,37 @@ pub enum ModelError {
     #[error("cannot read pickle {file}: {reason}")]
     Pickle { file: String, reason: String },
 
+    /// A model file names a feature that is none of Kepler's features.
+    #[error(
+        "the model names an unknown feature {name:?} (Kepler's features: {})",
+        known_features()
+    )]
+    UnknownFeature { name: String },
+
     /// The input lacks features the model needs. Lists every missing feature.
-    #[error("missing input feature(s): {}", .0.join(", "))]
-    MissingFeatures(Vec<String>),
+    #[error("missing input feature(s): {}", join(.0))]
+    MissingFeatures(Vec<Feature>),
 
     /// An input feature the model reads is NaN or infinite.
     #[error("input feature {feature} is not finite ({value})")]
-    NonFiniteInput { feature: String, value: f64 },
+    NonFiniteInput { feature: Feature, value: f64 },
 
     /// The model produced NaN or an infinity for a component (for example an exponential
     /// curve far outside its training range).
     #[error("prediction for component {component} is not finite ({value})")]
     NonFinitePrediction { component: String, value: f64 },
+}
+
+fn join(features: &[Feature]) -> String {
+    features
+        .iter()
+        .map(|f| f.as_str())
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+fn known_features() -> String {
+    join(&Feature::ALL)
 }
 
 impl ModelError {

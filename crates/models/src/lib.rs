@@ -1,6 +1,6 @@
 //! Power models of the Kepler model DB: loading and inference, no Python.
 //!
-//! A model turns node-level usage rates (Kepler feature names such as `bpf_cpu_time_ms`,
+//! A model turns node-level usage rates ([`Feature`]s such as `bpf_cpu_time_ms`,
 //! `cpu_instructions`; per second, summed over the node) into watts per power component
 //! (`package`, `core`, `uncore`, `dram` for RAPL-like sources, `platform` for ACPI-like ones).
 //! Supported formats (DESIGN §7):
@@ -20,7 +20,10 @@
 //! docs/builtin-models.md.
 //!
 //! Legacy v0.6 files load too: `mean`/`variance` are ignored and `bpf_cpu_time_us` is read
-//! from `bpf_cpu_time_ms` unchanged (see [`features`] for why).
+//! from `bpf_cpu_time_ms` unchanged (see [`features`] for why). A feature name that is none
+//! of Kepler's is an error at load ([`ModelError::UnknownFeature`]).
+//!
+//! The [`fit`] module holds the regression fitting the built-in models are trained with.
 //!
 //! Every model implements [`Predictor`]. Predictions never go below 0 W; missing, NaN or
 //! infinite inputs and non-finite results are errors, never silent zeros. The crate does no
@@ -44,6 +47,7 @@ pub mod builtin;
 mod curvefit;
 mod error;
 pub mod features;
+pub mod fit;
 mod linear;
 mod model;
 mod pickle;
@@ -56,19 +60,19 @@ use std::io::Read;
 use std::path::Path;
 
 pub use error::ModelError;
-pub use features::FeatureLookup;
+pub use features::{Feature, FeatureLookup};
 pub use model::ModelKind;
 pub use trainer::Trainer;
 
 /// A loaded power model.
 pub trait Predictor: Send + Sync + std::fmt::Debug {
-    /// Canonical names of the features the model needs: those whose values can change a
-    /// prediction, sorted. A feature the file lists with zero weight (or that no tree
-    /// splits on) is not needed and not read.
-    fn features(&self) -> Vec<String>;
+    /// The features the model needs: those whose values can change a prediction, sorted by
+    /// name. A feature the file lists with zero weight (or that no tree splits on) is not
+    /// needed and not read.
+    fn features(&self) -> Vec<Feature>;
 
-    /// Every feature the file lists (canonical names, sorted), needed or not.
-    fn declared_features(&self) -> Vec<String> {
+    /// Every feature the file lists (sorted by name), needed or not.
+    fn declared_features(&self) -> Vec<Feature> {
         self.features()
     }
 

@@ -1,14 +1,14 @@
 //! Linear models: `power = b + Σ w·(x/s)` over named features (SGDRegressorTrainer weight JSON,
 //! DESIGN §7).
 
-use crate::features::Inputs;
+use crate::features::{Feature, Inputs};
 use crate::model::ComponentFn;
 use crate::ModelError;
 
 /// One feature's contribution: `weight · value / scale`.
 #[derive(Debug, Clone)]
 pub(crate) struct Term {
-    pub(crate) feature: String,
+    pub(crate) feature: Feature,
     pub(crate) scale: f64,
     pub(crate) weight: f64,
 }
@@ -21,14 +21,14 @@ pub(crate) struct Linear {
 }
 
 impl ComponentFn for Linear {
-    fn required(&self) -> Vec<String> {
+    fn required(&self) -> Vec<Feature> {
         // A zero weight means the feature cannot change the output, so the model does not
         // need it (the published BPFOnly models carry bpf_page_cache_hit with weight 0, and
         // a procfs-only agent has no page-cache counter).
         self.terms
             .iter()
             .filter(|t| t.weight != 0.0)
-            .map(|t| t.feature.clone())
+            .map(|t| t.feature)
             .collect()
     }
 
@@ -36,7 +36,7 @@ impl ComponentFn for Linear {
         let mut power = self.bias;
         for t in self.terms.iter().filter(|t| t.weight != 0.0) {
             // Normalise first, then weigh: the order the trainer and Kepler use.
-            power += t.weight * (inputs.get(&t.feature)? / t.scale);
+            power += t.weight * (inputs.get(t.feature)? / t.scale);
         }
         Ok(power)
     }

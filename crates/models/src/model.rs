@@ -4,7 +4,7 @@
 
 use std::collections::BTreeSet;
 
-use crate::features::{FeatureLookup, Inputs};
+use crate::features::{Feature, FeatureLookup, Inputs};
 use crate::{ModelError, Predictor};
 
 /// What kind of function a model evaluates.
@@ -37,8 +37,8 @@ impl std::fmt::Display for ModelKind {
 
 /// One component's function of the inputs.
 pub(crate) trait ComponentFn: Send + Sync + std::fmt::Debug {
-    /// Canonical names of the features whose values can change this component's output.
-    fn required(&self) -> Vec<String>;
+    /// The features whose values can change this component's output.
+    fn required(&self) -> Vec<Feature>;
     /// Raw (unclamped) prediction in watts.
     fn eval(&self, inputs: &Inputs<'_>) -> Result<f64, ModelError>;
 }
@@ -48,8 +48,8 @@ pub(crate) trait ComponentFn: Send + Sync + std::fmt::Debug {
 pub(crate) struct ComponentModel {
     kind: ModelKind,
     name: Option<String>,
-    declared: Vec<String>,
-    required: Vec<String>,
+    declared: Vec<Feature>,
+    required: Vec<Feature>,
     components: Vec<(String, Box<dyn ComponentFn>)>,
 }
 
@@ -62,11 +62,11 @@ fn component_rank(name: &str) -> (usize, &str) {
 }
 
 impl ComponentModel {
-    /// Builds a model. `declared` are all features the file lists (canonical names).
+    /// Builds a model. `declared` are all features the file lists.
     pub(crate) fn new(
         kind: ModelKind,
         name: Option<String>,
-        declared: Vec<String>,
+        declared: Vec<Feature>,
         mut components: Vec<(String, Box<dyn ComponentFn>)>,
     ) -> Result<Self, ModelError> {
         if components.is_empty() {
@@ -82,10 +82,11 @@ impl ComponentModel {
                 a.0
             )));
         }
-        let required: BTreeSet<String> =
+        // Sets of features sort by name (see `Feature`'s `Ord`), as the files list them.
+        let required: BTreeSet<Feature> =
             components.iter().flat_map(|(_, c)| c.required()).collect();
-        let mut declared_set: BTreeSet<String> = declared.into_iter().collect();
-        declared_set.extend(required.iter().cloned());
+        let mut declared_set: BTreeSet<Feature> = declared.into_iter().collect();
+        declared_set.extend(required.iter().copied());
         Ok(ComponentModel {
             kind,
             name,
@@ -97,11 +98,11 @@ impl ComponentModel {
 }
 
 impl Predictor for ComponentModel {
-    fn features(&self) -> Vec<String> {
+    fn features(&self) -> Vec<Feature> {
         self.required.clone()
     }
 
-    fn declared_features(&self) -> Vec<String> {
+    fn declared_features(&self) -> Vec<Feature> {
         self.declared.clone()
     }
 

@@ -43,8 +43,10 @@ const MAX_ARRAYS: usize = 256;
 #[derive(Debug, Clone)]
 pub(crate) enum Node {
     None,
-    /// A value no model needs (booleans, byte strings): kept as a placeholder.
+    /// A value no model needs (booleans): kept as a placeholder.
     Opaque,
+    /// A byte string: the raw data of a pickled NumPy scalar (see [`Pickle::float`]).
+    Bytes(Vec<u8>),
     Int(i64),
     Float(f64),
     Str(String),
@@ -289,8 +291,9 @@ impl Machine {
                         b'B' => r.len_u32()?,
                         _ => r.len_u64()?,
                     };
-                    r.take(n)?;
-                    self.push(Node::Opaque)?
+                    // Copied: bounded by the bytes this opcode consumes (see the module docs).
+                    let bytes = r.take(n)?.to_vec();
+                    self.push(Node::Bytes(bytes))?
                 }
                 b')' => self.push(Node::Tuple(Vec::new()))?,
                 b']' => self.push(Node::List(Vec::new()))?,
@@ -592,6 +595,71 @@ impl Pickle {
         }
     }
 
+    /// The root attribute `name` as one float64: a Python float, a one-element array, or a
+    /// NumPy scalar. scikit-learn leaves some attributes as NumPy scalars (`LinearRegression`'s
+    /// `intercept_` when fitted on a 1-D target), which pickle as
+    /// `numpy.core.multiarray.scalar(dtype('float64'), <8 raw bytes>)`: a call we record but
+    /// never run, so the value is decoded here from the dtype and the bytes.
+    pub(crate) fn float(&self, name: &str) -> Option<f64> {
+        let id = self.root_attr(name)?;
+        match self.node(id)? {
+            Node::Float(v) => Some(*v),
+            Node::Array(v) => match v.as_slice() {
+                [one] => Some(*one),
+                _ => None,
+            },
+            Node::Object { class, args, .. } => {
+                let v = self.view();
+                match v.global(*class)? {
+                    // numpy 2 renamed numpy.core to numpy._core; pickles name either.
+                    ("numpy.core.multiarray" | "numpy._core.multiarray", "scalar") => {}
+                    _ => return None,
+                }
+                let Node::Tuple(a) = v.get(*args)? else {
+                    return None;
+                };
+                let [dtype, data] = a.as_slice() else {
+                    return None;
+                };
+                let (code, little_endian) = v.dtype(*dtype)?;
+                if code != "f8" {
+                    return None;
+                }
+                let raw: [u8; 8] = match v.get(*data)? {
+                    Node::Bytes(b) => b.as_slice().try_into().ok()?,
+                    // Protocol 2 has no bytes opcode: Python writes
+                    // `_codecs.encode(<text>, 'latin1')`, one char per byte.
+                    Node::Object { class, args, .. }
+                        if v.global(*class) == Some(("_codecs", "encode")) =>
+                    {
+                        let Node::Tuple(enc) = v.get(*args)? else {
+                            return None;
+                        };
+                        let [text, codec] = enc.as_slice() else {
+                            return None;
+                        };
+                        if v.str(*codec)? != "latin1" {
+                            return None;
+                        }
+                        let bytes = v
+                            .str(*text)?
+                            .chars()
+                            .map(|c| u8::try_from(u32::from(c)).ok())
+                            .collect::<Option<Vec<u8>>>()?;
+                        bytes.as_slice().try_into().ok()?
+                    }
+                    _ => return None,
+                };
+                Some(if little_endian {
+                    f64::from_le_bytes(raw)
+                } else {
+                    f64::from_be_bytes(raw)
+                })
+            }
+            _ => None,
+        }
+    }
+
     /// The root attribute `name` as an integer.
     pub(crate) fn int(&self, name: &str) -> Option<i64> {
         match self.node(self.root_attr(name)?)? {
@@ -673,6 +741,37 @@ mod tests {
         assert!(
             matches!(p.node(p.root_attr("b").unwrap_or(usize::MAX)), Some(Node::Float(x)) if *x == std::f64::consts::PI)
         );
+    }
+
+    /// `obj.x = numpy.float64(v)` at protocol 2, where bytes are written as
+    /// `_codecs.encode(<latin-1 text>, 'latin1')`; `code` is the dtype's type code.
+    fn protocol_2_numpy_scalar(v: f64, code: &str) -> Vec<u8> {
+        let mut b = vec![0x80, 2];
+        b.extend_from_slice(b"c__main__\nThing\n)R(X\x01\x00\x00\x00x");
+        b.extend_from_slice(b"cnumpy.core.multiarray\nscalar\n");
+        b.extend_from_slice(b"cnumpy\ndtype\nX\x02\x00\x00\x00");
+        b.extend_from_slice(code.as_bytes());
+        b.extend_from_slice(
+            b"\x89\x88\x87R(K\x03X\x01\x00\x00\x00<NNNJ\xff\xff\xff\xffJ\xff\xff\xff\xffK\x00tb",
+        );
+        // The 8 bytes as text, one char per byte, UTF-8 encoded for BINUNICODE.
+        let text: String = v.to_le_bytes().iter().map(|&c| char::from(c)).collect();
+        b.extend_from_slice(b"c_codecs\nencode\nX");
+        b.extend_from_slice(&u32::try_from(text.len()).unwrap_or(0).to_le_bytes());
+        b.extend_from_slice(text.as_bytes());
+        b.extend_from_slice(b"X\x06\x00\x00\x00latin1\x86R\x86R");
+        b.extend_from_slice(b"db.");
+        b
+    }
+
+    #[test]
+    fn numpy_scalars_read_as_floats() {
+        let v = -1_234.567_891_234_5;
+        let p = parse(&protocol_2_numpy_scalar(v, "f8"), "t").expect("parse");
+        assert_eq!(p.float("x"), Some(v));
+        // Only float64 scalars are read: another dtype's bytes mean something else.
+        let p = parse(&protocol_2_numpy_scalar(v, "i8"), "t").expect("parse");
+        assert_eq!(p.float("x"), None);
     }
 
     #[test]

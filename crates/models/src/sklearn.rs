@@ -54,19 +54,19 @@ pub(crate) fn linear(data: &[u8], file: &str) -> Result<(Vec<f64>, f64), ModelEr
     let coef = p
         .float_array("coef_")
         .ok_or_else(|| missing(file, "coef_"))?;
+    // SGDRegressor pickles a one-element array; LinearRegression fitted on a 1-D target a
+    // NumPy scalar (both read by `float`). A longer array is a multi-output model.
     let intercept = match p.float_array("intercept_") {
-        Some([b]) => *b,
-        Some(v) => {
+        Some(v) if v.len() != 1 => {
             return Err(ModelError::invalid(format!(
                 "{file}: intercept_ has {} values, expected 1",
                 v.len()
             )))
         }
-        // LinearRegression pickles a scalar intercept_ when fitted on 1-D targets.
-        None => match p.root_attr("intercept_").and_then(|id| p.node(id)) {
-            Some(pickle::Node::Float(b)) => *b,
-            _ => return Err(missing(file, "intercept_")),
-        },
+        _ => p.float("intercept_").ok_or_else(|| ModelError::Pickle {
+            file: file.to_string(),
+            reason: "no float64 intercept_ (array, float or NumPy scalar)".into(),
+        })?,
     };
     for (what, v) in coef
         .iter()

@@ -6,7 +6,7 @@ use serde_json::{Map, Value};
 
 use crate::curvefit::{curve_feature, Curve, CurveFn, CurveKind};
 use crate::error::{finite, parse_json};
-use crate::features::canonical_feature;
+use crate::features::{canonical_feature, parse_feature, Feature};
 use crate::linear::{Linear, Term};
 use crate::model::{ComponentFn, ComponentModel, ModelKind};
 use crate::trainer::Trainer;
@@ -73,15 +73,17 @@ pub(crate) fn load(
     let mut declared = Vec::new();
     let mut components: Vec<(String, Box<dyn ComponentFn>)> = Vec::new();
     for (component, c) in parsed {
-        declared.extend(c.features.iter().map(|(f, _, _)| f.clone()));
-        components.push((component.clone(), build(&component, c, kind)?));
+        let (function, features) = build(&component, c, kind)?;
+        declared.extend(features);
+        components.push((component, function));
     }
     ComponentModel::new(kind, name, declared, components)
 }
 
-/// One component's `All_Weights`, before deciding what function it is.
+/// One component's `All_Weights`, before deciding what function it is. Feature names stay
+/// text until [`build`]: a file whose shape is wrong is reported for its shape first.
 struct Parsed {
-    /// (canonical feature, scale, weight if present), sorted by feature name.
+    /// (canonical feature name, scale, weight if present), sorted by feature name.
     features: Vec<(String, f64, Option<f64>)>,
     bias: Option<f64>,
     curve: Option<Vec<f64>>,
@@ -247,27 +249,37 @@ fn curve_kind(kind: ModelKind) -> Option<CurveKind> {
     }
 }
 
-fn build(component: &str, c: Parsed, kind: ModelKind) -> Result<Box<dyn ComponentFn>, ModelError> {
+/// The component's function, and every feature it lists (parsed into [`Feature`]s here, once).
+fn build(
+    component: &str,
+    c: Parsed,
+    kind: ModelKind,
+) -> Result<(Box<dyn ComponentFn>, Vec<Feature>), ModelError> {
     if let (Some(ck), Some(values)) = (curve_kind(kind), &c.curve) {
         let curve = CurveFn::new(ck, values)
             .map_err(|e| ModelError::invalid(format!("component {component}: {e}")))?;
-        let names: Vec<String> = c.features.iter().map(|(f, _, _)| f.clone()).collect();
+        let features = c
+            .features
+            .iter()
+            .map(|(f, scale, _)| Ok((parse_feature(f)?, *scale)))
+            .collect::<Result<Vec<(Feature, f64)>, ModelError>>()?;
+        let names: Vec<Feature> = features.iter().map(|(f, _)| *f).collect();
         let feature = curve_feature(component, &names).ok_or_else(|| {
             ModelError::invalid(format!("component {component}: a curve needs a feature"))
         })?;
-        let scale = c
-            .features
+        let scale = features
             .iter()
-            .find(|(f, _, _)| f == feature)
-            .map(|(_, s, _)| *s)
+            .find(|(f, _)| *f == feature)
+            .map(|(_, s)| *s)
             .ok_or_else(|| {
                 ModelError::invalid(format!("component {component}: no scale for {feature}"))
             })?;
-        return Ok(Box::new(Curve {
+        let curve = Curve {
             curve,
-            feature: feature.clone(),
+            feature,
             scale,
-        }));
+        };
+        return Ok((Box::new(curve), names));
     }
     let bias = c.bias.ok_or_else(|| {
         ModelError::invalid(format!(
@@ -284,11 +296,12 @@ fn build(component: &str, c: Parsed, kind: ModelKind) -> Result<Box<dyn Componen
                 ))
             })?;
             Ok(Term {
-                feature,
+                feature: parse_feature(&feature)?,
                 scale,
                 weight,
             })
         })
         .collect::<Result<Vec<_>, ModelError>>()?;
-    Ok(Box::new(Linear { bias, terms }))
+    let features = terms.iter().map(|t| t.feature).collect();
+    Ok((Box::new(Linear { bias, terms }), features))
 }

@@ -155,3 +155,128 @@ fn archive_trainer_hint_must_match() {
     .expect_err("mismatch");
     assert!(matches!(err, ModelError::TrainerMismatch { .. }), "{err}");
 }
+
+/// Pickle bytes of a short unicode string (protocol 4 `SHORT_BINUNICODE`).
+fn pickle_str(out: &mut Vec<u8>, s: &str) {
+    out.push(0x8c);
+    out.push(u8::try_from(s.len()).expect("short string"));
+    out.extend_from_slice(s.as_bytes());
+}
+
+/// `numpy.dtype('f8')` with its BUILD state, as NumPy pickles it.
+fn pickle_dtype_f8(out: &mut Vec<u8>) {
+    pickle_str(out, "numpy");
+    pickle_str(out, "dtype");
+    out.push(0x93); // STACK_GLOBAL
+    pickle_str(out, "f8");
+    out.extend_from_slice(b"\x89\x88\x87R"); // (f8, False, True) REDUCE
+    out.extend_from_slice(b"(K\x03");
+    pickle_str(out, "<");
+    out.extend_from_slice(b"NNNJ\xff\xff\xff\xffJ\xff\xff\xff\xffK\x00tb");
+}
+
+/// A `LinearRegression` as joblib pickles one fitted on a 1-D target: `coef_` a float64
+/// array (joblib's NumpyArrayWrapper, then the raw bytes after 16-byte alignment padding)
+/// and `intercept_` a NumPy scalar, `numpy.core.multiarray.scalar(dtype, 8 raw bytes)`.
+fn linear_regression_pickle(coef: &[f64], intercept: f64) -> Vec<u8> {
+    let mut b = vec![0x80, 4];
+    pickle_str(&mut b, "sklearn.linear_model._base");
+    pickle_str(&mut b, "LinearRegression");
+    b.extend_from_slice(b"\x93)\x81}(");
+    pickle_str(&mut b, "fit_intercept");
+    b.push(0x88);
+    pickle_str(&mut b, "coef_");
+    pickle_str(&mut b, "joblib.numpy_pickle");
+    pickle_str(&mut b, "NumpyArrayWrapper");
+    b.extend_from_slice(b"\x93)\x81}(");
+    pickle_str(&mut b, "shape");
+    b.push(b'K');
+    b.push(u8::try_from(coef.len()).expect("few coefficients"));
+    b.push(0x85);
+    pickle_str(&mut b, "order");
+    pickle_str(&mut b, "C");
+    pickle_str(&mut b, "dtype");
+    pickle_dtype_f8(&mut b);
+    pickle_str(&mut b, "numpy_array_alignment_bytes");
+    b.extend_from_slice(b"K\x10ub");
+    b.push(3); // padding length, then the padding
+    b.extend_from_slice(&[0xff; 3]);
+    for c in coef {
+        b.extend_from_slice(&c.to_le_bytes());
+    }
+    pickle_str(&mut b, "intercept_");
+    pickle_str(&mut b, "numpy.core.multiarray");
+    pickle_str(&mut b, "scalar");
+    b.push(0x93);
+    pickle_dtype_f8(&mut b);
+    b.extend_from_slice(b"C\x08");
+    b.extend_from_slice(&intercept.to_le_bytes());
+    b.extend_from_slice(b"\x86R"); // (dtype, bytes) REDUCE
+    pickle_str(&mut b, "n_features_in_");
+    b.extend_from_slice(b"K\x02ub.");
+    b
+}
+
+/// The published ec2 `LinearRegressionTrainer_*.zip` archives failed with "no float64 array
+/// intercept_": their intercept is a NumPy scalar. None is in ../shared/data, so this builds
+/// one from the published SGD archive (same scaler, component map and layout), with
+/// LinearRegression pickles carrying the SGD weight JSON's numbers; it must then predict
+/// what that weight JSON predicts.
+#[test]
+fn linear_regression_archive_with_a_numpy_scalar_intercept_loads() {
+    use std::io::{Cursor, Read, Write};
+
+    let json_path = ec2("BPFOnly/SGDRegressorTrainer_0.json");
+    let weights: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&json_path).expect("weight JSON")).expect("JSON");
+    let reference = load(json_path, None);
+    let features = ["bpf_cpu_time_ms", "bpf_page_cache_hit"];
+
+    let src_bytes = std::fs::read(ec2("BPFOnly/SGDRegressorTrainer_0.zip")).expect("archive");
+    let mut src = zip::ZipArchive::new(Cursor::new(&src_bytes)).expect("zip");
+    let mut out = zip::ZipWriter::new(Cursor::new(Vec::new()));
+    let opts =
+        zip::write::SimpleFileOptions::default().compression_method(zip::CompressionMethod::Stored);
+    for i in 0..src.len() {
+        let mut f = src.by_index(i).expect("member");
+        let name = f.name().to_string();
+        let mut content = Vec::new();
+        f.read_to_end(&mut content).expect("read");
+        if let Some(component) = name.strip_suffix(".pkl").filter(|c| *c != "scaler") {
+            let w = &weights[component]["All_Weights"];
+            let coef: Vec<f64> = features
+                .iter()
+                .map(|f| {
+                    w["Numerical_Variables"][f]["weight"]
+                        .as_f64()
+                        .expect("weight")
+                })
+                .collect();
+            let bias = w["Bias_Weight"].as_f64().expect("bias");
+            content = linear_regression_pickle(&coef, bias);
+        } else if name == "metadata.json" {
+            content = String::from_utf8(content)
+                .expect("UTF-8")
+                .replace("\"SGDRegressorTrainer_0\"", "\"LinearRegressionTrainer_0\"")
+                .into_bytes();
+        }
+        out.start_file(name.as_str(), opts).expect("start");
+        out.write_all(&content).expect("write");
+    }
+    let archive = out.finish().expect("finish").into_inner();
+
+    let model =
+        kepler_models::load_model_bytes(&archive, Some("LinearRegressionTrainer_0.zip"), None)
+            .unwrap_or_else(|e| panic!("LinearRegression archive: {e}"));
+    assert_eq!(model.kind(), ModelKind::Linear);
+    assert_eq!(model.name(), Some("LinearRegressionTrainer_0"));
+    assert_eq!(model.components(), reference.components());
+    for cpu in [0.0, 12345.6, 47938.5, 95877.0] {
+        let input = [("bpf_cpu_time_ms", cpu), ("bpf_page_cache_hit", 0.0)];
+        let a = predict(&*model, &input);
+        let b = predict(&*reference, &input);
+        for c in reference.components() {
+            assert_rel(a[&c], b[&c], &c);
+        }
+    }
+}

@@ -21,7 +21,7 @@ fn exercise(data: &[u8], name: Option<&str>, trainer: Option<&str>) -> bool {
     match load_model_bytes(data, name, trainer) {
         Ok(m) => {
             for x in [0.0, 1.0, 47938.5, 1e12] {
-                let input: Vec<(String, f64)> =
+                let input: Vec<(kepler_models::Feature, f64)> =
                     m.declared_features().into_iter().map(|f| (f, x)).collect();
                 if let Ok(out) = m.predict(&input) {
                     assert!(
@@ -155,6 +155,41 @@ fn wrong_json_shapes_are_errors() {
             .unwrap_or_else(|| panic!("{what}: loaded"));
         assert!(err.contains(want), "{what}: {err}");
     }
+}
+
+#[test]
+fn unknown_feature_names_are_errors_naming_them() {
+    // A feature Kepler does not have (the model server's cgroup group): found at load, by
+    // name, rather than as a missing input on the first prediction.
+    let sgd =
+        String::from_utf8(bytes(ec2("BPFOnly/SGDRegressorTrainer_0.json"))).unwrap_or_default();
+    let text = sgd.replace("bpf_page_cache_hit", "cgroupfs_cpu_usage_us");
+    assert_ne!(text, sgd);
+    let err = load_json(&text).expect_err("unknown feature");
+    assert!(
+        matches!(&err, ModelError::UnknownFeature { name } if name == "cgroupfs_cpu_usage_us"),
+        "{err}"
+    );
+    assert!(err.to_string().contains("cgroupfs_cpu_usage_us"), "{err}");
+    // The same in an archive's component map.
+    let zip = bytes(ec2("BPFOnly/XgboostFitTrainer_0.zip"));
+    let mut src = zip::ZipArchive::new(Cursor::new(zip.as_slice())).expect("archive");
+    let mut map = String::new();
+    src.by_name("XgboostFitTrainer_0.json")
+        .expect("member")
+        .read_to_string(&mut map)
+        .expect("read");
+    let renamed = map.replacen("bpf_page_cache_hit", "gpu_sm_util", 1);
+    assert_ne!(renamed, map);
+    let patched = replace_member(&zip, "XgboostFitTrainer_0.json", renamed.as_bytes());
+    let err = load_model_bytes(&patched, None, None).expect_err("unknown feature");
+    assert!(err.to_string().contains("\"gpu_sm_util\""), "{err}");
+    // The legacy spelling of the CPU-time feature is no unknown feature.
+    let legacy = sgd.replace("bpf_cpu_time_ms", "bpf_cpu_time_us");
+    assert_eq!(
+        load_json(&legacy).expect("legacy name").features(),
+        [kepler_models::Feature::BpfCpuTimeMs]
+    );
 }
 
 #[test]

@@ -7,10 +7,17 @@
 //!
 //! [`procfs::ProcfsReader`] is the reading layer under that source, shared with the eBPF source:
 //! node CPU times, a process's key, and its description, read and converted the same way.
+//!
+//! [`host::HostFacts`] is the one reader of facts about the host (cpuinfo, meminfo, hostname,
+//! hypervisor), read once at start-up under `host.procfs` and `host.sysfs`.
 
 // No unwrap or expect outside tests; set per crate root, see [workspace.lints] in Cargo.toml.
 #![warn(clippy::unwrap_used, clippy::expect_used)]
 
+pub mod host;
 pub mod procfs;
 
-pub use procfs::{probe, read_cpu_info, ProcessDescription, ProcfsReader, ProcfsSource};
+pub use host::{
+    parse_cpu_model, read_cpu_model, CpuModel, HostFactError, HostFacts, Virtualization,
+};
+pub use procfs::{probe, ProcessDescription, ProcfsReader, ProcfsSource};

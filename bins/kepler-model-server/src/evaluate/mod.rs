@@ -7,8 +7,7 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context, Result};
 use kepler_models::builtin::MachineSpec;
-use kepler_models::features::BPF_CPU_TIME_MS;
-use kepler_models::Predictor;
+use kepler_models::{Feature, Predictor};
 
 mod tables;
 
@@ -140,14 +139,14 @@ pub(super) struct Score {
 /// Scores of `model` per component on `rows`; a component that needs a feature the data
 /// lacks is left out (shown as n/a) rather than fed an invented value.
 pub(super) fn score(model: &dyn Predictor, rows: &[Row]) -> Result<BTreeMap<String, Score>> {
-    let missing: Vec<String> = model
+    let missing: Vec<Feature> = model
         .features()
         .into_iter()
-        .filter(|f| f != BPF_CPU_TIME_MS)
+        .filter(|f| *f != Feature::BpfCpuTimeMs)
         .collect();
     let predict = |cpu_ms: f64, other: f64| {
-        let mut input: Vec<(String, f64)> = vec![(BPF_CPU_TIME_MS.into(), cpu_ms)];
-        input.extend(missing.iter().map(|f| (f.clone(), other)));
+        let mut input: Vec<(Feature, f64)> = vec![(Feature::BpfCpuTimeMs, cpu_ms)];
+        input.extend(missing.iter().map(|f| (*f, other)));
         model.predict(&input)
     };
     // A component depends on an absent feature if changing that feature changes it (or

@@ -9,7 +9,7 @@ use kepler_models::builtin::{
     builtin_fallback, embedded_index, select_builtin, weight_json, BuiltinFamily, BuiltinSelection,
     CurveParams, MachineSpec, LOG_TRAINER,
 };
-use kepler_models::features::BPF_CPU_TIME_MS;
+use kepler_models::Feature;
 
 use super::{
     assumed_spec, fmt_scores, least_squares, score, Row, Score, ASSUMED_CORES, COMPONENTS,
@@ -181,7 +181,7 @@ fn bands(rows: &[Row], spec: &MachineSpec) -> Result<String> {
             for (k, v) in &r.watts {
                 *measured.entry(k).or_default() += v / n;
             }
-            let input = [(BPF_CPU_TIME_MS, r.cpu_ms)];
+            let input = [(Feature::BpfCpuTimeMs, r.cpu_ms)];
             for model in [&rapl.predictor, &platform.predictor] {
                 for (k, v) in model.predict(&input)? {
                     *predicted.entry(k).or_default() += v / n;

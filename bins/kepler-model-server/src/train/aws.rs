@@ -9,8 +9,8 @@ use kepler_models::builtin::{
     cpu_match_key, Affine, CurveParams, Fallback, FallbackCurve, FamilyIndex, NodeType, LOG_TRAINER,
 };
 
-use super::fit::{fit_log_b, log_shape, mdape, median, round_digits, theil_sen};
 use super::{processor_name, Skipped};
+use kepler_models::fit::{fit_log_curve, mdape, median, round_digits, theil_sen};
 
 pub const FILE: &str = "ccf/data/aws-instances.csv";
 
@@ -89,27 +89,13 @@ fn read_row(rec: &csv::StringRecord, col: &dyn Fn(&str) -> Option<usize>) -> Res
 
 /// Idle/full ends and fitted curvature through the four points; also the largest miss at
 /// the two inner points, in W.
-fn curve(points: &[f64; 4]) -> (CurveParams, f64) {
-    let [idle, .., max] = *points;
-    let span = max - idle;
-    let inner: Vec<(f64, f64)> = LOADS
+fn curve(points: &[f64; 4]) -> Result<(CurveParams, f64)> {
+    let at_loads: Vec<(f64, f64)> = LOADS
         .iter()
         .zip(points)
-        .skip(1)
-        .take(2)
-        .map(|((_, u), p)| (*u, if span > 0.0 { (p - idle) / span } else { 0.0 }))
+        .map(|((_, u), p)| (*u, *p))
         .collect();
-    let b = fit_log_b(&inner);
-    let miss = inner
-        .iter()
-        .map(|(u, y)| ((log_shape(b, *u) - y) * span).abs())
-        .fold(0.0, f64::max);
-    let c = CurveParams {
-        idle_w: round_digits(idle, 12),
-        max_w: round_digits(max, 12),
-        log_b: Some(b),
-    };
-    (c, miss)
+    fit_log_curve(&at_loads).context("a curve needs its idle and full-load points")
 }
 
 pub fn train(csv_text: &str, skipped: &mut Skipped) -> Result<FamilyIndex> {
@@ -186,8 +172,8 @@ fn node_type(rows: &[Row]) -> Result<NodeType> {
                 .then(b.instance.cmp(&a.instance))
         })
         .context("empty node type")?;
-    let (package, miss_p) = curve(&rep.package);
-    let (dram, miss_d) = curve(&rep.dram);
+    let (package, miss_p) = curve(&rep.package)?;
+    let (dram, miss_d) = curve(&rep.dram)?;
     let mut members: Vec<String> = rows.iter().map(|r| r.instance.clone()).collect();
     members.sort();
     Ok(NodeType {

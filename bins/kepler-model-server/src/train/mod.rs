@@ -4,7 +4,6 @@
 //! Deterministic: the same data gives the same bytes (tested against the committed files).
 
 mod aws;
-mod fit;
 mod specpower;
 
 use std::collections::BTreeMap;

@@ -11,8 +11,8 @@ use kepler_models::builtin::{
     LINEAR_TRAINER,
 };
 
-use super::fit::{mdape, median, round_digits, theil_sen};
 use super::{processor_name, Skipped};
+use kepler_models::fit::{mdape, median, round_digits, theil_sen};
 
 pub const FILE: &str = "ccf/data/SPECpower-full-results.csv";
 

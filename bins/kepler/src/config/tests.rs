@@ -92,7 +92,7 @@ fn platform_meter_keys_parse_into_the_meters_settings() {
         "kube:\n  nodeName: kube-node\nmonitor:\n  interval: 2s\nexperimental:\n  platform:\n    redfish:\n      enabled: true\n      nodeID: bmc-node\n      configFile: /etc/kepler/redfish.yaml\n      httpTimeout: 3s\n      staleness: 1m\n\
          ipmi:\n  enabled: true\n  interface: LanPlus\n  address: 10.0.0.9:1623\n  username: root\n  passwordFile: /run/secrets/ipmi\n  timeout: 7s\n",
     );
-    let s = crate::setup::meter_settings(&c);
+    let s = setup_settings(&c);
     assert_eq!(s.node_name, "kube-node");
     assert_eq!(s.poll_interval, Duration::from_secs(2));
     let r = &s.redfish;
@@ -113,7 +113,7 @@ fn platform_meter_keys_parse_into_the_meters_settings() {
     assert_eq!(i.timeout, Duration::from_secs(7));
     assert_eq!(i.staleness, Duration::from_secs(30));
     // Defaults: both off, upstream's 5s timeout.
-    let d = crate::setup::meter_settings(&Config::default());
+    let d = setup_settings(&Config::default());
     assert!(!d.redfish.enabled && !d.ipmi.enabled);
     assert_eq!(d.redfish.http_timeout, Duration::from_secs(5));
     let err = parse("ipmi:\n  interface: serial\n")
@@ -242,11 +242,62 @@ fn invalid_values_name_their_key_and_the_value() {
             "sequence",
         ),
         ("ebpf:\n  enabled: maybe\n", "ebpf.enabled", "maybe"),
+        ("msr:\n  enabled: maybe\n", "msr.enabled", "maybe"),
     ] {
         let err = parse(yaml).unwrap_err().to_string();
         assert!(err.contains(key), "{yaml}: {err} should name {key}");
         assert!(err.contains(value), "{yaml}: {err} should show {value}");
     }
+}
+
+#[test]
+fn msr_is_opt_in_and_joins_the_cpu_chain_when_enabled() {
+    let c = Config::default();
+    assert!(!c.msr.enabled);
+    assert_eq!(c.msr.root, PathBuf::from("/dev/cpu"));
+    for (yaml, chain) in [
+        (
+            "msr:\n  enabled: true\n",
+            &["rapl", "msr", "hwmon", "model"][..],
+        ),
+        (
+            "msr:\n  enabled: true\ncpu:\n  preferredMeters: [hwmon]\n",
+            &["msr", "hwmon", "model"],
+        ),
+        // A list that places it keeps its place.
+        (
+            "msr:\n  enabled: true\ncpu:\n  preferredMeters: [hwmon, MSR, rapl]\n",
+            &["hwmon", "msr", "rapl", "model"],
+        ),
+        // Listed but disabled: tried, and unavailable with the reason.
+        ("cpu:\n  preferredMeters: [msr]\n", &["msr", "model"]),
+        (
+            "msr:\n  enabled: true\ndev:\n  fake-cpu-meter:\n    enabled: true\n",
+            &["fake"],
+        ),
+    ] {
+        assert_eq!(cpu_chain(&valid(yaml)), chain, "{yaml}");
+    }
+    let c = valid("msr:\n  root: /host/dev/cpu\n");
+    assert_eq!(c.msr.root, PathBuf::from("/host/dev/cpu"));
+    assert_eq!(setup_settings(&c).msr, c.msr);
+}
+
+fn setup_settings(c: &Config) -> kepler_meters::MeterSettings {
+    let host = kepler_sources::HostFacts::read(&c.host.procfs, &c.host.sysfs);
+    crate::setup::meter_settings(c, &host)
+}
+
+#[test]
+fn platform_meters_are_not_cpu_meters() {
+    let err = config("cpu:\n  preferredMeters: [rapl, acpi]\n")
+        .validate()
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("acpi measures the platform domain, not cpu"),
+        "{err}"
+    );
 }
 
 #[test]

@@ -435,3 +435,20 @@ fn serve_one(
         reply
     );
 }
+
+/// Busy CPU seconds of the node so far (`/proc/stat`: all but idle and iowait).
+pub fn node_busy_seconds() -> f64 {
+    let stat = std::fs::read_to_string("/proc/stat").unwrap();
+    let cpu: Vec<u64> = stat
+        .lines()
+        .next()
+        .unwrap()
+        .split_whitespace()
+        .skip(1)
+        .take(8)
+        .map(|v| v.parse().unwrap())
+        .collect();
+    // SAFETY: sysconf has no preconditions.
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64;
+    (cpu.iter().sum::<u64>() - cpu[3] - cpu[4]) as f64 / hz
+}

@@ -10,7 +10,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{json, Map, Value};
 
 use super::BuiltinError;
-use crate::features::BPF_CPU_TIME_MS;
+use crate::features::Feature;
 
 /// Version of the index layout; bumped when a field changes meaning.
 pub const INDEX_FORMAT: u32 = 1;
@@ -389,6 +389,7 @@ pub fn weight_json(
         return Err(BuiltinError::Index("a model needs at least one CPU".into()));
     }
     let scale = 1000.0 * f64::from(logical_cores);
+    let cpu_time = Feature::BpfCpuTimeMs.as_str();
     let logarithmic = components.values().any(|c| c.log_b.is_some());
     let mut top = Map::new();
     top.insert("model_name".into(), Value::from(model_name));
@@ -398,7 +399,7 @@ pub fn weight_json(
         let weights = match (logarithmic, c.log_b) {
             (true, Some(b)) => json!({
                 "Categorical_Variables": {},
-                "Numerical_Variables": { BPF_CPU_TIME_MS: { "scale": scale } },
+                "Numerical_Variables": { cpu_time: { "scale": scale } },
                 // ln(b + 1), written as the curve evaluates it.
                 "CurveFit_Weights": [round_sig((c.max_w - c.idle_w) / (b + 1.0).ln()), b, c.idle_w],
             }),
@@ -406,7 +407,7 @@ pub fn weight_json(
                 "Bias_Weight": c.idle_w,
                 "Categorical_Variables": {},
                 "Numerical_Variables": {
-                    BPF_CPU_TIME_MS: { "scale": scale, "weight": c.max_w - c.idle_w }
+                    cpu_time: { "scale": scale, "weight": c.max_w - c.idle_w }
                 },
             }),
             (true, None) => {

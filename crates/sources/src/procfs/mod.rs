@@ -4,7 +4,6 @@
 //! The reads themselves are in [`ProcfsReader`], public so that other sources (eBPF) read node
 //! CPU times and describe processes exactly as this one does.
 
-mod cpuinfo;
 mod parse;
 mod read;
 mod reader;
@@ -21,7 +20,6 @@ use kepler_core::{
     UsageSource,
 };
 
-pub use cpuinfo::read_cpu_info;
 pub use reader::{ProcessDescription, ProcfsReader};
 
 use parse::{PidStat, PF_KTHREAD};

@@ -1,14 +1,15 @@
-//! The estimation meter: power predicted by a trained model from the node's usage, for hosts
-//! without a power meter. It is the automatic last resort of the meter chain, and its zones are
-//! labelled estimated.
+//! The estimation meter itself: predictions of a loaded model from the tick's node features,
+//! reloaded when its file changes.
 
 use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
-use kepler_core::{MeterInput, PowerMeter, Provenance, ReadError, Unavailable, Watts, ZoneReading};
-use kepler_models::Predictor;
+use kepler_core::{
+    Feature, MeterInput, PowerMeter, Provenance, ReadError, Unavailable, Watts, ZoneReading,
+};
+use kepler_models::{FeatureLookup, Predictor};
 use tracing::{info, warn};
 
 /// Whether predictions include idle power.
@@ -44,7 +45,7 @@ pub struct ModelMeter {
     model_name: String,
     output: OutputType,
     /// Features the usage source can provide.
-    available: Vec<String>,
+    available: Vec<Feature>,
     zones: Vec<(String, Arc<str>, Arc<str>)>,
     /// The prediction at zero usage, subtracted for dynamic power; fixed per model.
     idle: Vec<(String, f64)>,
@@ -79,28 +80,33 @@ fn zones_of(predictor: &dyn Predictor, model_name: &str) -> Vec<(String, Arc<str
 fn predict(
     predictor: &dyn Predictor,
     model_name: &str,
-    features: &[(&str, f64)],
+    input: &dyn FeatureLookup,
 ) -> Result<Vec<(String, f64)>, String> {
-    // Slices are unsized and cannot be a `dyn FeatureLookup`; a Vec of a few pairs can.
-    let input: Vec<(&str, f64)> = features.to_vec();
     predictor
-        .predict(&input)
+        .predict(input)
         .map_err(|e| format!("model {model_name}: {e}"))
 }
 
 /// The model's prediction with every feature it needs at zero: its idle power.
 fn idle_power(predictor: &dyn Predictor, model_name: &str) -> Result<Vec<(String, f64)>, String> {
-    let needed = predictor.features();
-    let zeros: Vec<(&str, f64)> = needed.iter().map(|f| (f.as_str(), 0.0)).collect();
+    let zeros: Vec<(Feature, f64)> = predictor.features().into_iter().map(|f| (f, 0.0)).collect();
     predict(predictor, model_name, &zeros)
+}
+
+fn names(features: &[Feature]) -> String {
+    features
+        .iter()
+        .map(|f| f.as_str())
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 fn check_features(
     predictor: &dyn Predictor,
-    available: &[String],
+    available: &[Feature],
     model_name: &str,
 ) -> Result<(), Unavailable> {
-    let missing: Vec<String> = predictor
+    let missing: Vec<Feature> = predictor
         .features()
         .into_iter()
         .filter(|f| !available.contains(f))
@@ -110,19 +116,19 @@ fn check_features(
     } else {
         Err(Unavailable::new(format!(
             "model {model_name} needs features {} that the usage source does not provide (it has {})",
-            missing.join(", "),
-            available.join(", ")
+            names(&missing),
+            names(available)
         )))
     }
 }
 
 impl ModelMeter {
-    /// `available` lists the feature names the usage source provides.
+    /// `available` lists the features the usage source provides.
     pub fn new(
         predictor: Box<dyn Predictor>,
         model_name: impl Into<String>,
         output: OutputType,
-        available: Vec<String>,
+        available: Vec<Feature>,
     ) -> Result<Self, Unavailable> {
         let model_name = model_name.into();
         check_features(predictor.as_ref(), &available, &model_name)?;
@@ -171,7 +177,7 @@ impl ModelMeter {
 
     /// Predicted watts per component for these features (missing ones are absent, so the
     /// model reports them by name).
-    fn predict_at(&self, features: &[(&str, f64)]) -> Result<HashMap<String, f64>, String> {
+    fn predict_at(&self, features: &dyn FeatureLookup) -> Result<HashMap<String, f64>, String> {
         let mut watts: HashMap<String, f64> =
             predict(self.predictor.as_ref(), &self.model_name, features)?
                 .into_iter()
@@ -270,7 +276,7 @@ impl PowerMeter for ModelMeter {
     ) -> Result<(), ReadError> {
         self.reload_if_changed();
         let watts = match input.features {
-            Some(features) => self.predict_at(&features.measured()).map_err(|e| {
+            Some(features) => self.predict_at(features).map_err(|e| {
                 ReadError::Other(format!(
                     "estimation with model {} failed: {e}",
                     self.model_name
@@ -324,13 +330,8 @@ mod tests {
 
     #[test]
     fn predicts_from_busy_cpu_time_and_integrates_to_energy() {
-        let mut meter = ModelMeter::new(
-            model(),
-            "m",
-            OutputType::Abs,
-            vec!["bpf_cpu_time_ms".into()],
-        )
-        .unwrap();
+        let mut meter =
+            ModelMeter::new(model(), "m", OutputType::Abs, vec![Feature::BpfCpuTimeMs]).unwrap();
         assert_eq!(meter.provenance(), Provenance::Estimated);
         assert_eq!(meter.zones(), vec!["package", "dram"]);
         let first = EnergySnapshot {
@@ -350,13 +351,8 @@ mod tests {
 
     #[test]
     fn dynamic_output_leaves_idle_out() {
-        let mut meter = ModelMeter::new(
-            model(),
-            "m",
-            OutputType::Dyn,
-            vec!["bpf_cpu_time_ms".into()],
-        )
-        .unwrap();
+        let mut meter =
+            ModelMeter::new(model(), "m", OutputType::Dyn, vec![Feature::BpfCpuTimeMs]).unwrap();
         assert_eq!(
             read(&mut meter, None)[0].sample,
             ZoneSample::Power(Watts(0.0))
@@ -377,7 +373,7 @@ mod tests {
             None,
         )
         .unwrap();
-        let err = ModelMeter::new(p, "m", OutputType::Abs, vec!["bpf_cpu_time_ms".into()])
+        let err = ModelMeter::new(p, "m", OutputType::Abs, vec![Feature::BpfCpuTimeMs])
             .unwrap_err()
             .to_string();
         assert!(err.contains("cpu_instructions"), "{err}");
@@ -389,18 +385,14 @@ mod tests {
         let path = dir.path().join("SGDRegressorTrainer_0.json");
         std::fs::write(&path, LINEAR).unwrap();
         let predictor = kepler_models::load_model(&path, None).unwrap();
-        let mut meter = ModelMeter::new(
-            predictor,
-            "m",
-            OutputType::Abs,
-            vec!["bpf_cpu_time_ms".into()],
-        )
-        .unwrap()
-        .watch(ModelFile {
-            path: path.clone(),
-            trainer_hint: None,
-            check_every: Duration::ZERO,
-        });
+        let mut meter =
+            ModelMeter::new(predictor, "m", OutputType::Abs, vec![Feature::BpfCpuTimeMs])
+                .unwrap()
+                .watch(ModelFile {
+                    path: path.clone(),
+                    trainer_hint: None,
+                    check_every: Duration::ZERO,
+                });
         // Same size, later modification time: bias 10 → 20.
         std::thread::sleep(Duration::from_millis(20));
         std::fs::write(&path, LINEAR.replace("10.0", "20.0")).unwrap();

@@ -1,0 +1,116 @@
+//! `kepler-model-server serve`: an HTTP server over a model directory, on the shared HTTP
+//! crate (TLS and basic auth from an exporter-toolkit web config).
+//!
+//! - [`index`]: the directory, walked and every model loaded at start-up and on SIGHUP;
+//!   [`metadata`] reads the pipeline files that describe the models.
+//! - [`legacy`]: `POST /model` and `GET /best-models`, upstream's API; [`select`] chooses
+//!   the model, with [`filter`] and [`nodematch`].
+//! - [`modern`]: `GET /models`, `GET /models/<path>`; [`routes`]: the router, `/healthz`.
+
+mod filter;
+mod index;
+mod legacy;
+mod metadata;
+mod modern;
+mod nodematch;
+mod routes;
+mod select;
+mod types;
+
+use std::io::Write;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use anyhow::{Context, Result};
+
+use index::ModelIndex;
+use routes::AppState;
+
+#[derive(clap::Args, Debug)]
+pub struct ServeArgs {
+    /// Model directory: a model-DB tree (`<pipeline>/<source>/<AbsPower|DynPower>/
+    /// <FeatureGroup>/<Trainer>_<nodetype>.{json,zip}`) or plain model files. Re-read on SIGHUP.
+    #[arg(long = "model-dir")]
+    pub model_dir: PathBuf,
+    /// Address to listen on (`:8100`, `127.0.0.1:0`, `[::1]:8100`); repeatable.
+    #[arg(long = "listen", default_value = ":8100")]
+    pub listen: Vec<String>,
+    /// Exporter-toolkit web config (TLS, basic auth), as for the agent.
+    #[arg(long = "web.config-file")]
+    pub web_config_file: Option<PathBuf>,
+}
+
+pub fn run(args: &ServeArgs) -> Result<()> {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .context("starting the async runtime")?;
+    runtime.block_on(serve(args))
+}
+
+fn log_index(index: &ModelIndex, what: &str) {
+    tracing::info!(
+        models = index.models.len(),
+        broken = index.broken.len(),
+        pipelines = index.pipelines.len(),
+        "{what}"
+    );
+}
+
+async fn serve(args: &ServeArgs) -> Result<()> {
+    let web = args
+        .web_config_file
+        .as_deref()
+        .map(kepler_http::WebConfig::load)
+        .transpose()?;
+    let dir = args.model_dir.clone();
+    let index = tokio::task::spawn_blocking(move || ModelIndex::scan(&dir))
+        .await
+        .context("indexing the model directory")??;
+    log_index(&index, "model directory indexed");
+    let state = Arc::new(AppState::new(args.model_dir.clone(), index));
+
+    let server = kepler_http::Server::bind(&args.listen, web).await?;
+    // Installed before the address is announced: SIGHUP's default action ends the process,
+    // so a client that rescans as soon as the server is up must find the handler in place.
+    let hangups = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup()) {
+        Ok(s) => Some(s),
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot listen for SIGHUP; no rescans");
+            None
+        }
+    };
+    // On stdout, one line per address, so that scripts and tests started with port 0 learn
+    // where to connect.
+    let scheme = if server.is_tls() { "https" } else { "http" };
+    let mut stdout = std::io::stdout().lock();
+    for addr in server.local_addrs() {
+        writeln!(stdout, "listening on {scheme}://{addr}").context("writing to stdout")?;
+    }
+    stdout.flush().context("writing to stdout")?;
+    drop(stdout);
+
+    if let Some(hangups) = hangups {
+        tokio::spawn(rescan_on_sighup(state.clone(), hangups));
+    }
+    server
+        .serve(routes::router(state), kepler_http::shutdown_signal())
+        .await?;
+    Ok(())
+}
+
+/// SIGHUP re-reads the model directory (new, changed and removed files); a failed rescan
+/// keeps serving the previous index.
+async fn rescan_on_sighup(state: Arc<AppState>, mut hangups: tokio::signal::unix::Signal) {
+    while hangups.recv().await.is_some() {
+        let s = state.clone();
+        match tokio::task::spawn_blocking(move || s.rescan()).await {
+            Ok(Ok(index)) => log_index(&index, "model directory rescanned"),
+            Ok(Err(e)) => {
+                tracing::error!(error = %format!("{e:#}"), "rescan failed; serving the previous index")
+            }
+            Err(e) => tracing::error!(error = %e, "rescan failed; serving the previous index"),
+        }
+    }
+}

@@ -1,0 +1,172 @@
+use super::*;
+use crate::model::test_server::serve;
+use kepler_core::PowerMeter;
+
+const CPUINFO: &str = "processor\t: 0\nvendor_id\t: GenuineIntel\n\
+    model name\t: Intel(R) Xeon(R) Platinum 8259CL CPU @ 2.50GHz\nphysical id\t: 0\n\
+    flags\t\t: fpu vme lahf_lm\n\nprocessor\t: 1\nvendor_id\t: GenuineIntel\n\
+    model name\t: Intel(R) Xeon(R) Platinum 8259CL CPU @ 2.50GHz\nphysical id\t: 0\n\
+    flags\t\t: fpu vme lahf_lm\n\n";
+const MEMINFO: &str = "MemTotal:       16318412 kB\n";
+
+/// package = 10 + 0.01·x with x = bpf_cpu_time_ms.
+const LINEAR: &str = r#"{"package": {"All_Weights": {"Bias_Weight": 10.0, "Categorical_Variables": {},
+    "Numerical_Variables": {"bpf_cpu_time_ms": {"scale": 1.0, "weight": 0.01}}}}}"#;
+
+/// A host read from fixture files: bare metal, or a guest (the hypervisor CPU flag).
+fn host(dir: &tempfile::TempDir, guest: bool) -> HostFacts {
+    let proc = dir.path().join("proc");
+    std::fs::create_dir_all(&proc).unwrap();
+    let cpuinfo = if guest {
+        CPUINFO.replace("lahf_lm", "hypervisor lahf_lm")
+    } else {
+        CPUINFO.to_string()
+    };
+    std::fs::write(proc.join("cpuinfo"), cpuinfo).unwrap();
+    std::fs::write(proc.join("meminfo"), MEMINFO).unwrap();
+    HostFacts::read(&proc, &dir.path().join("sys"))
+}
+
+const CPU_TIME: &[Feature] = &[Feature::BpfCpuTimeMs];
+
+#[test]
+fn settings_parse_from_the_config_strings() {
+    assert_eq!("builtin".parse(), Ok(ModelChoice::Builtin));
+    assert_eq!(
+        "https://h/m.json".parse(),
+        Ok(ModelChoice::Url("https://h/m.json".into()))
+    );
+    assert_eq!(
+        "/m/model.zip".parse(),
+        Ok(ModelChoice::File("/m/model.zip".into()))
+    );
+    assert!(" ".parse::<ModelChoice>().is_err());
+    assert_eq!("DynPower".parse(), Ok(OutputChoice::Dyn));
+    assert_eq!("AbsPower".parse(), Ok(OutputChoice::Abs));
+    assert_eq!("auto".parse(), Ok(OutputChoice::Auto));
+    assert!("dyn".parse::<OutputChoice>().is_err());
+}
+
+#[test]
+fn the_builtin_model_follows_the_host() {
+    let dir = tempfile::tempdir().unwrap();
+    let background = Background::new();
+    let settings = EstimatorSettings::default();
+    let bare = open_model_meter(&settings, &host(&dir, false), CPU_TIME, &background).unwrap();
+    assert!(bare.model_name().starts_with("builtin/aws/"), "{bare:?}");
+    assert_eq!(bare.output(), OutputType::Abs);
+    assert_eq!(bare.zones(), ["package", "dram"]);
+    let detail = bare.detail().unwrap();
+    assert!(detail.contains("intel_xeon_platinum_8259cl"), "{detail}");
+
+    // Inside a VM: dynamic power only, unless configured otherwise.
+    let guest_host = host(&dir, true);
+    let guest = open_model_meter(&settings, &guest_host, CPU_TIME, &background).unwrap();
+    assert_eq!(guest.output(), OutputType::Dyn);
+    assert!(!guest.includes_idle());
+    let abs = EstimatorSettings {
+        output: OutputChoice::Abs,
+        family: BuiltinFamily::Platform,
+        ..EstimatorSettings::default()
+    };
+    let meter = open_model_meter(&abs, &guest_host, CPU_TIME, &background).unwrap();
+    assert_eq!(meter.output(), OutputType::Abs);
+    assert_eq!(meter.zones(), ["platform"]);
+    assert!(
+        background.take().is_empty(),
+        "built-in models need no refresh"
+    );
+}
+
+#[test]
+fn a_host_without_cpuinfo_says_which_file_is_missing() {
+    let dir = tempfile::tempdir().unwrap();
+    let host = HostFacts::read(&dir.path().join("proc"), &dir.path().join("sys"));
+    let err = open_model_meter(
+        &EstimatorSettings::default(),
+        &host,
+        CPU_TIME,
+        &Background::new(),
+    )
+    .unwrap_err();
+    assert!(err.reason.contains("proc/cpuinfo"), "{err}");
+}
+
+#[test]
+fn a_model_file_is_watched_and_its_features_checked() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("SGDRegressorTrainer_0.json");
+    std::fs::write(&path, LINEAR).unwrap();
+    let settings = EstimatorSettings {
+        model: ModelChoice::File(path.clone()),
+        ..EstimatorSettings::default()
+    };
+    let background = Background::new();
+    let meter = open_model_meter(&settings, &host(&dir, false), CPU_TIME, &background).unwrap();
+    assert_eq!(meter.model_name(), "SGDRegressorTrainer_0");
+    assert!(meter.detail().unwrap().contains("model file"));
+    assert!(
+        background.take().is_empty(),
+        "a local file needs no download"
+    );
+
+    std::fs::write(&path, LINEAR.replace("bpf_cpu_time_ms", "cpu_instructions")).unwrap();
+    let err = open_model_meter(&settings, &host(&dir, false), CPU_TIME, &background).unwrap_err();
+    assert!(err.reason.contains("cpu_instructions"), "{err}");
+}
+
+#[test]
+fn a_model_server_is_asked_for_this_machine_and_its_answer_refreshed() {
+    let (url, server) = serve(vec![LINEAR.into()]);
+    let dir = tempfile::tempdir().unwrap();
+    let settings = EstimatorSettings {
+        model_server_url: Some(url.clone()),
+        cache_dir: dir.path().join("cache"),
+        trainer: Some("SGDRegressorTrainer".into()),
+        ..EstimatorSettings::default()
+    };
+    let background = Background::new();
+    let features = [Feature::BpfCpuTimeMs, Feature::BpfPageCacheHit];
+    let meter = open_model_meter(&settings, &host(&dir, false), &features, &background).unwrap();
+    assert_eq!(meter.output(), OutputType::Abs);
+    assert!(meter.detail().unwrap().contains("model server"));
+    let tasks = background.take();
+    assert_eq!(tasks.len(), 1);
+    assert_eq!(tasks[0].kind(), kepler_core::ComponentKind::ModelRefresh);
+
+    let requests = server.join().unwrap();
+    assert_eq!(requests.len(), 1);
+    assert_eq!(requests[0].0, "POST /model");
+    let body: serde_json::Value = serde_json::from_str(&requests[0].1).unwrap();
+    assert_eq!(
+        body["metrics"],
+        serde_json::json!(["bpf_cpu_time_ms", "bpf_page_cache_hit"])
+    );
+    assert_eq!(body["output_type"], "AbsPower");
+    assert_eq!(body["source"], "rapl-sysfs");
+    assert_eq!(body["trainer_name"], "SGDRegressorTrainer");
+    assert_eq!(
+        body["machine_spec"]["processor"],
+        "intel_xeon_platinum_8259cl"
+    );
+    assert_eq!(body["machine_spec"]["cores"], 2);
+    // This server names no file: the answer is cached under a fixed name.
+    assert!(dir.path().join("cache/server/model.json").exists());
+}
+
+#[test]
+fn an_unreachable_url_without_a_cache_is_unavailable() {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("http://{}/m.json", listener.local_addr().unwrap());
+    drop(listener);
+    let dir = tempfile::tempdir().unwrap();
+    let settings = EstimatorSettings {
+        model: ModelChoice::Url(url),
+        cache_dir: dir.path().join("cache"),
+        ..EstimatorSettings::default()
+    };
+    let background = Background::new();
+    let err = open_model_meter(&settings, &host(&dir, false), CPU_TIME, &background).unwrap_err();
+    assert!(err.reason.starts_with("estimator: "), "{err}");
+    assert!(background.take().is_empty());
+}
