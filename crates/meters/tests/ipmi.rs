@@ -1,6 +1,6 @@
-//! The IPMI DCMI meter with a fake `ipmitool` (a shell script in a temporary directory): the
-//! recorded output of a real `ipmitool dcmi power reading`, garbage, a failing exit, and a
-//! hung run that is killed at the timeout. The password reaches ipmitool only through its
+//! The IPMI DCMI meter with a fake `ipmitool` (a shell script in a temporary directory): an
+//! answer in the layout of `ipmitool dcmi power reading`, garbage, a failing exit, and a hung
+//! run that is killed at the timeout; and the real ipmitool against `ipmi_sim`. The password reaches ipmitool only through its
 //! environment, never its command line or our logs.
 
 mod support;
@@ -16,7 +16,8 @@ use kepler_meters::{IpmiInterface, IpmiSettings, MeterName, MeterSettings, OpenC
 
 const PASSWORD: &str = "ipmi-Pa55-word";
 
-/// Recorded from ipmitool 1.8.19 against a Dell iDRAC (numbers changed).
+/// The layout ipmitool 1.8.19 prints for `dcmi power reading` (hand-written: no BMC with DCMI
+/// was at hand to record one, and ipmi_sim has no DCMI).
 const READING: &str = "
     Instantaneous power reading:                   231 Watts
     Minimum during sampling period:                 96 Watts

@@ -82,7 +82,8 @@ fn watts(value: &str) -> Result<f64, ParseError> {
 mod tests {
     use super::*;
 
-    /// As printed by ipmitool 1.8.19 (Debian 12).
+    /// The layout ipmitool 1.8.19 (Debian 12) prints; hand-written, as no BMC with DCMI was at
+    /// hand to record one.
     const ACTIVE: &str = "
     Instantaneous power reading:                   220 Watts
     Minimum during sampling period:                 50 Watts
