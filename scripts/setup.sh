@@ -8,6 +8,8 @@ packages=(
   stress-ng    # the CPU workload the end-to-end tests attribute power to
   clang llvm libbpf-dev bpftool  # rebuilding and checking the committed eBPF object
   util-linux   # setpriv, to run the agent without capabilities in tests
+  ipmitool openipmi  # the ipmi meter's tool, and ipmi_sim (an RMCP+ BMC simulator) for its tests
+  python3-venv # a venv for sushy-tools (Redfish emulator) in the redfish tests
 )
 missing=()
 for p in "${packages[@]}"; do
@@ -20,3 +22,10 @@ if [ "${#missing[@]}" -gt 0 ]; then
   DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}"
 fi
 rustup component add rustfmt clippy >/dev/null 2>&1 || true
+# Redfish emulators (sushy-static, sushy-emulator) for crates/meters/tests/redfish_sushy.rs,
+# in a venv of the checkout (gitignored).
+root="$(cd "$(dirname "$0")/.." && pwd)"
+if [ ! -x "$root/.venv-sushy/bin/sushy-static" ]; then
+  python3 -m venv "$root/.venv-sushy"
+  "$root/.venv-sushy/bin/pip" install -q sushy-tools
+fi

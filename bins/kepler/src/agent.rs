@@ -137,7 +137,7 @@ pub fn run(config: Config) -> Result<()> {
     served
 }
 
-/// Starts the background work the opened components asked for (a model refresh) on the
+/// Starts the background work the opened components asked for (a model refresh, BMC pollers) on the
 /// service's threads, each reporting to its own health entry.
 fn start_background(service: &mut Service, background: &Background, health: &Health) -> Result<()> {
     for task in background.take() {

@@ -30,8 +30,8 @@ pub use self::estimator::{EstimatorConfig, EstimatorFamily, EstimatorOutput};
 pub use self::gpu::{FakeGpuConfig, GpuConfig};
 pub use self::kube::{KubeConfig, PodInformerConfig, PodInformerMode};
 pub use self::meters::{
-    CpuConfig, DevConfig, ExperimentalConfig, FakeMeterConfig, HwmonConfig, PlatformConfig,
-    RaplConfig, RedfishConfig,
+    CpuConfig, DevConfig, ExperimentalConfig, FakeMeterConfig, HwmonConfig, IpmiConfig,
+    PlatformConfig, RaplConfig, RedfishConfig,
 };
 pub use crate::logging::{LogConfig, LogFormat, LogLevel};
 
@@ -72,6 +72,7 @@ pub struct Config {
     pub ebpf: EbpfConfig,
     /// RAPL over MSR, the `msr` meter's own section.
     pub msr: kepler_meters::MsrConfig,
+    pub ipmi: IpmiConfig,
 }
 
 #[derive(Clone, Debug, Deserialize, PartialEq)]
@@ -339,6 +340,24 @@ impl Config {
             .gpu
             .check()
             .map_err(|m| invalid("experimental.gpu.idlePower", m))?;
+        let redfish = &self.experimental.platform.redfish;
+        if redfish.enabled && redfish.config_file.is_none() {
+            return Err(invalid(
+                "experimental.platform.redfish.configFile",
+                "must name the BMC file when redfish is enabled".into(),
+            ));
+        }
+        for (key, limit) in [
+            (
+                "experimental.platform.redfish.httpTimeout",
+                redfish.http_timeout,
+            ),
+            ("ipmi.timeout", self.ipmi.timeout),
+        ] {
+            if limit.is_some_and(|d| d.0.is_zero()) {
+                return Err(invalid(key, "must be longer than 0s".into()));
+            }
+        }
         if self.estimator.model.trim().is_empty() {
             return Err(invalid(
                 "estimator.model",
@@ -356,9 +375,6 @@ impl Config {
             keys.push(
                 "kube.enabled (pod names and namespaces; pod ids still come from cgroup paths)",
             );
-        }
-        if self.experimental.platform.redfish.enabled {
-            keys.push("experimental.platform.redfish.enabled");
         }
         if self.experimental.gpu.dcgm_endpoint.is_some() {
             keys.push(

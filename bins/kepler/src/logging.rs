@@ -40,10 +40,14 @@ pub struct LogConfig {
 }
 
 /// Sets up logging to stderr at `log.level` (overridden by `RUST_LOG` when set) in
-/// `log.format`.
+/// `log.format`; the HTTP client's wire dumps stay off (see `kepler_meters::QUIET_LOG_TARGETS`).
 pub fn init(config: &LogConfig) -> Result<()> {
-    let filter =
+    let mut filter =
         EnvFilter::try_from_default_env().or_else(|_| EnvFilter::try_new(config.level.as_str()))?;
+    // Added after the user's directives so they win over `trace` (BMC passwords, DESIGN §8).
+    for directive in kepler_meters::QUIET_LOG_TARGETS {
+        filter = filter.add_directive(directive.parse()?);
+    }
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_ansi(std::io::stderr().is_terminal())

@@ -32,8 +32,8 @@ pub fn report(config: &Config) -> String {
     line(&mut out, "ebpf", ebpf);
     let _ = writeln!(out, "  selected: {selected}");
 
-    let settings = setup::meter_settings(config);
     let host = kepler_sources::HostFacts::read(&config.host.procfs, &config.host.sysfs);
+    let settings = setup::meter_settings(config, &host);
     // Meters are opened only to be described: background work they ask for is dropped.
     let background = kepler_core::Background::new();
     let estimator =
@@ -42,6 +42,8 @@ pub fn report(config: &Config) -> String {
         settings: &settings,
         features: &features,
         estimator: Some(&estimator),
+        // No service runs here: slow meters ask their device once and say what it answered.
+        background: None,
     };
     let domains = registry::probe(&config.meter_chains(), &cx);
     let _ = writeln!(out, "\nPower meters, per domain:");
@@ -154,7 +156,9 @@ mod tests {
         let rapl = position("  rapl     available      zones: package (measured)");
         let fake = position("  fake     available      [not in the chain]");
         assert!(chain < hwmon && hwmon < rapl && rapl < fake, "{out}");
-        position("  selected: rapl\nplatform (tried in order: acpi):\n  acpi     not available");
+        position(
+            "  selected: rapl\nplatform (tried in order: redfish, ipmi, acpi):\n  redfish  not available  experimental.platform.redfish.enabled is false\n  ipmi     not available  ipmi.enabled is false\n  acpi     not available",
+        );
         position("  msr      not available  [not in the chain] disabled (msr.enabled: false)");
         let gpu = position("gpu (tried in order: fake-gpu, nvml, amdgpu):");
         let off = position("  nvml     not available  experimental.gpu.enabled is false");

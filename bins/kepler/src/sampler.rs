@@ -8,7 +8,8 @@ use std::time::{Duration, Instant};
 use kepler_core::features::{features, node_features, FeatureRates, Features};
 use kepler_core::{
     zone_energies, Attributor, ComponentHealth, ComponentKind, EnergySnapshot, Health, MeterInput,
-    PowerMeter, PowerSnapshot, Tick, UsageSnapshot, UsageSource, ZoneEnergy, ZoneMeta, ZoneReading,
+    PlatformPower, PowerMeter, PowerSnapshot, Tick, UsageSnapshot, UsageSource, ZoneEnergy,
+    ZoneMeta, ZoneReading,
 };
 use tracing::{debug, warn};
 
@@ -120,9 +121,11 @@ impl Sampler {
         let features = self.features(&usage);
         let node = features.as_ref().map(|(node, _)| node);
         let mut energies = Vec::new();
+        let mut platform = Vec::new();
         let mut interval = None;
         for slot in &mut self.meters {
-            if let Some(meter_interval) = read_meter(slot, node, &self.clock, &mut energies) {
+            let read = read_meter(slot, node, &self.clock, &mut energies, &mut platform);
+            if let Some(meter_interval) = read {
                 // The first domain with a delta (the CPU's, listed first) times the tick.
                 interval.get_or_insert(meter_interval);
             }
@@ -139,6 +142,7 @@ impl Sampler {
             interval,
         });
         snapshot.features = features.and_then(|(_, full)| full).map(Arc::new);
+        snapshot.platform = platform;
         debug!(
             tick = snapshot.tick,
             processes = usage.processes.len(),
@@ -165,12 +169,14 @@ impl Sampler {
 }
 
 /// Reads one meter and appends its zones' energy over the interval since its previous reading
-/// to `energies`; returns that interval when there was one.
+/// to `energies`, and the device's breakdown of this very reading to `platform`; returns that
+/// interval when there was one.
 fn read_meter(
     slot: &mut MeterSlot,
     features: Option<&FeatureRates>,
     clock: &Clock,
     energies: &mut Vec<ZoneEnergy>,
+    platform: &mut Vec<PlatformPower>,
 ) -> Option<Duration> {
     let mut readings = std::mem::take(&mut slot.spare);
     readings.clear();
@@ -194,6 +200,7 @@ fn read_meter(
     if slot.health.set_up() {
         warn!(meter = name, "meter readable again");
     }
+    platform.extend_from_slice(slot.meter.platform_sources());
     // A model reloaded with another name changes what its zones say about themselves.
     if slot.meta.model.as_deref() != slot.meter.estimation_model() {
         slot.meta = Arc::new(slot.meter.meta());

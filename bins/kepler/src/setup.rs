@@ -12,8 +12,13 @@ use tracing::info;
 
 use crate::config::{Config, EbpfMode};
 
-pub fn meter_settings(config: &Config) -> MeterSettings {
+/// What the meters need from the configuration and the host (the node name keys the BMC file).
+pub fn meter_settings(config: &Config, host: &HostFacts) -> MeterSettings {
     MeterSettings {
+        node_name: node_name(config, host),
+        poll_interval: config.monitor.interval.0,
+        redfish: config.experimental.platform.redfish.settings(),
+        ipmi: config.ipmi.settings(),
         sysfs: config.host.sysfs.clone(),
         procfs: config.host.procfs.clone(),
         interval: config.monitor.interval.0,
@@ -48,19 +53,22 @@ pub fn open_estimator(
 
 /// The meters of the tick: for each power domain, the first meter of its fallback chain that
 /// opens; `features` are those the usage source provides (what a model may use). The
-/// attempts say why each meter before it could not be used.
+/// attempts say why each meter before it could not be used. Background work the meters ask
+/// for (a model refresh, a BMC poller) is left in `background` for the agent to start.
 pub fn select_meters(
     config: &Config,
     host: &HostFacts,
     features: &[Feature],
     background: &Background,
 ) -> Selection {
-    let settings = meter_settings(config);
+    let settings = meter_settings(config, host);
     let estimator = |f: &[Feature]| open_estimator(config, host, background, f);
     let cx = OpenContext {
         settings: &settings,
         features,
         estimator: Some(&estimator),
+        // Slow meters (BMCs) leave their pollers here too; the agent starts them all.
+        background: Some(background),
     };
     registry::select(&config.meter_chains(), &cx)
 }

@@ -12,6 +12,7 @@ pub mod energy;
 pub mod features;
 pub mod health;
 pub mod lifecycle;
+pub mod platform;
 pub mod snapshot;
 pub mod source;
 pub mod split;
@@ -29,6 +30,7 @@ pub use energy::{
 pub use features::Feature;
 pub use health::{ComponentHealth, ComponentKind, Health};
 pub use lifecycle::{Background, BackgroundTask, StopSignal};
+pub use platform::{PlatformLabels, PlatformPower};
 pub use snapshot::{
     ContainerPower, IdlePolicyState, NodeZone, PodPower, PowerSnapshot, ProcessPower, VmPower,
     WorkloadState, ZoneValue, ZoneValues,

@@ -125,4 +125,7 @@ pub struct PowerSnapshot {
     pub vms: Vec<VmPower>,
     /// Model features of the interval, when the agent is configured to export them.
     pub features: Option<Arc<crate::features::Features>>,
+    /// The platform meter's per-device readings behind the `platform` zone (empty when the
+    /// platform meter failed this tick or gives no breakdown).
+    pub platform: Vec<crate::platform::PlatformPower>,
 }

@@ -98,6 +98,12 @@ pub trait PowerMeter: Send {
     /// Zone name of every reading this meter reports, in order; a name repeats once per socket
     /// (sockets are summed later, by `zone_energies`).
     fn zones(&self) -> Vec<String>;
+    /// The device's own breakdown of the readings the last successful [`PowerMeter::read`]
+    /// returned (a BMC's power supplies), for `kepler_platform_watts`. The sampler copies it
+    /// into the snapshot right after that read, so the detail and the zone always agree.
+    fn platform_sources(&self) -> &[crate::platform::PlatformPower] {
+        &[]
+    }
     /// Appends one reading per zone to `out` (cleared by the caller).
     fn read(&mut self, input: &MeterInput<'_>, out: &mut Vec<ZoneReading>)
         -> Result<(), ReadError>;

@@ -450,6 +450,22 @@ fn encode_node(w: &mut MetricWriter<'_>, s: &PowerSnapshot) {
             }
         }
     }
+
+    let mut f = w.family(&r::PLATFORM_WATTS);
+    for p in &s.platform {
+        let l = &p.labels;
+        f.sample(
+            [
+                &l.source,
+                &l.bmc_id,
+                &l.chassis_id,
+                &l.source_id,
+                &l.source_name,
+                &l.source_type,
+            ],
+            p.watts,
+        );
+    }
 }
 
 /// The labels of `kepler_node_cpu_idle_policy_info`. Zones whose meter leaves idle out (an

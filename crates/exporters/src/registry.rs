@@ -216,6 +216,24 @@ pub static NODE_CPU_IDLE_BASELINE_WATTS: Desc<2> = node(
     ZONE,
 );
 
+/// Upstream's platform family: each reading of the platform meter as the device reports it
+/// (a BMC's power supplies or power controls, IPMI DCMI), beside the summed `platform` zone of
+/// the cpu families. Readings that are parts of others (a CPU power control) are listed too,
+/// so summing the series may count watts twice; the `platform` zone does not.
+pub static PLATFORM_WATTS: Desc<6> = node(
+    "kepler_platform_watts",
+    "Power consumption of the platform as reported by its BMC in watts, per reading: source is redfish or ipmi, bmc_id the BMC's name in the configuration, chassis_id, source_id, source_name and source_type (PowerSupply, PowerControl, DCMI) identify the reading",
+    Gauge,
+    [
+        "source",
+        "bmc_id",
+        "chassis_id",
+        "source_id",
+        "source_name",
+        "source_type",
+    ],
+);
+
 // --- Workloads ---
 
 pub static PROCESS_CPU_JOULES: Desc<8> = at(
@@ -522,6 +540,7 @@ pub static ALL: &[&dyn Describe] = &[
     &NODE_CPU_ZONE_INFO,
     &NODE_CPU_IDLE_POLICY_INFO,
     &NODE_CPU_IDLE_BASELINE_WATTS,
+    &PLATFORM_WATTS,
     &PROCESS_CPU_JOULES,
     &PROCESS_CPU_WATTS,
     &PROCESS_CPU_SECONDS,

@@ -166,6 +166,7 @@ mod tests {
             pods: Vec::new(),
             vms: Vec::new(),
             features: None,
+            platform: Vec::new(),
         })
     }
 

@@ -478,3 +478,39 @@ fn component_health_is_exported() {
         ],
     );
 }
+
+#[test]
+fn platform_readings_carry_upstream_labels_and_only_at_node_level() {
+    let mut snapshot = support::snapshot();
+    let psu = |id: &str, watts: f64| kepler_core::PlatformPower {
+        labels: std::sync::Arc::new(kepler_core::PlatformLabels {
+            source: "redfish".into(),
+            bmc_id: "bmc-1".into(),
+            chassis_id: "1U".into(),
+            source_id: id.into(),
+            source_name: format!("PSU \"{id}\""),
+            source_type: "PowerSupply".into(),
+        }),
+        watts: kepler_core::Watts(watts),
+    };
+    snapshot.platform = vec![psu("0", 150.5), psu("1", 99.0)];
+    let ctx = support::context();
+    let mut out = Vec::new();
+    encode(Some(&snapshot), &ctx, Format::Text004, &mut out);
+    let text = String::from_utf8(out).expect("utf-8");
+    assert_lines(
+        &text,
+        &[
+            "# TYPE kepler_platform_watts gauge",
+            r#"kepler_platform_watts{source="redfish",bmc_id="bmc-1",chassis_id="1U",source_id="0",source_name="PSU \"0\"",source_type="PowerSupply",node_name="node-1"} 150.5"#,
+            r#"kepler_platform_watts{source="redfish",bmc_id="bmc-1",chassis_id="1U",source_id="1",source_name="PSU \"1\"",source_type="PowerSupply",node_name="node-1"} 99.0"#,
+        ],
+    );
+    // No platform readings (the BMC is down): no family at all, rather than stale numbers.
+    assert!(!render(&ctx, Format::Text004).contains("kepler_platform_watts"));
+    let mut pods_only = support::context();
+    pods_only.levels = [Level::Pod].into_iter().collect::<MetricsLevel>();
+    let mut out = Vec::new();
+    encode(Some(&snapshot), &pods_only, Format::Text004, &mut out);
+    assert!(!String::from_utf8_lossy(&out).contains("kepler_platform_watts"));
+}

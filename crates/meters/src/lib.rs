@@ -7,9 +7,11 @@
 //! - [`fake::FakeMeter`] (`fake`): deterministic numbers for development on hosts without
 //!   power hardware;
 //! - [`model::ModelMeter`] (`model`): power estimated by a model, opened by
-//!   [`model::open_model_meter`] (model choice, download and refresh all live in [`model`]).
+//!   [`model::open_model_meter`] (model choice, download and refresh all live in [`model`]);
 //! - [`gpu::GpuMeter`] (`nvml`, `amdgpu`, `fake-gpu`): one zone per GPU with the device's idle
 //!   power and per-process shares.
+//! - [`redfish`] (`redfish`) and [`ipmi`] (`ipmi`): platform power from the node's BMC, over
+//!   Redfish or IPMI DCMI, behind the [`polled`] adapter.
 //!
 //! Meters read from the sysfs root they are given (`host.sysfs`), so every one of them runs on
 //! fixture trees (see the `fixtures` feature). They report raw readings, one per socket or
@@ -25,10 +27,12 @@
 pub mod fake;
 pub mod gpu;
 pub mod hwmon;
+pub mod ipmi;
 pub mod model;
 pub mod msr;
 pub mod polled;
 pub mod rapl;
+pub mod redfish;
 pub mod registry;
 mod sysfs;
 
@@ -40,17 +44,24 @@ use std::time::Duration;
 
 pub use fake::{Clock, FakeMeter, FakeSettings, ManualClock, MonotonicClock};
 pub use hwmon::HwmonMeter;
+pub use ipmi::{IpmiInterface, IpmiSettings};
 pub use model::{
     open_model_meter, EstimatorSettings, ModelChoice, ModelFile, ModelMeter, ModelRefresh,
     OutputChoice, OutputType,
 };
 pub use msr::{MsrConfig, MsrMeter};
-pub use polled::{PollTiming, PolledMeter, Poller, SlowDevice};
+pub use polled::{PollTiming, Polled, PolledMeter, Poller, SlowDevice};
 pub use rapl::RaplMeter;
+pub use redfish::RedfishSettings;
 pub use registry::{
     Attempt, Chain, DomainProbe, MeterName, OpenContext, OpenEstimator, ProbeRow, Selection,
     UnknownMeter,
 };
+
+/// Log filter directives every subscriber of a process using the BMC meters must add, whatever
+/// level the user asks for: at trace level the HTTP stack hex-dumps whole requests, which
+/// carry the Redfish login's password and session tokens. Its debug level redacts them.
+pub const QUIET_LOG_TARGETS: [&str; 2] = ["ureq=debug", "ureq_proto=debug"];
 
 /// What the meters need from the configuration.
 #[derive(Clone, Debug, PartialEq)]
@@ -71,6 +82,15 @@ pub struct MeterSettings {
     pub msr: MsrConfig,
     /// `experimental.gpu` and `dev.fake-gpu`.
     pub gpu: gpu::GpuSettings,
+    /// The agent's node name (`kube.nodeName`, else the hostname): the BMC file's key when
+    /// the Redfish section names no node.
+    pub node_name: String,
+    /// `monitor.interval`: how often slow meters ask their device.
+    pub poll_interval: std::time::Duration,
+    /// `experimental.platform.redfish`.
+    pub redfish: RedfishSettings,
+    /// `ipmi`.
+    pub ipmi: IpmiSettings,
 }
 
 impl Default for MeterSettings {
@@ -84,6 +104,10 @@ impl Default for MeterSettings {
             fake: FakeSettings::default(),
             msr: MsrConfig::default(),
             gpu: gpu::GpuSettings::default(),
+            node_name: String::new(),
+            poll_interval: std::time::Duration::from_secs(5),
+            redfish: RedfishSettings::default(),
+            ipmi: IpmiSettings::default(),
         }
     }
 }

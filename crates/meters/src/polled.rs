@@ -7,15 +7,33 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use kepler_core::{
-    ComponentHealth, MeterInput, PowerDomain, PowerMeter, Provenance, ReadError, StopSignal,
-    ZoneReading,
+    BackgroundTask, ComponentHealth, ComponentKind, MeterInput, PlatformPower, PowerDomain,
+    PowerMeter, Provenance, ReadError, StopSignal, ZoneReading,
 };
 use tracing::{debug, warn};
 
 /// A device that may take long to answer. Implemented by the slow meters' clients.
 pub trait SlowDevice: Send + 'static {
     /// Asks the device now; may block up to the client's own timeout.
-    fn poll(&mut self) -> Result<Vec<ZoneReading>, ReadError>;
+    fn poll(&mut self) -> Result<Polled, ReadError>;
+}
+
+/// One answer of a device: the zone readings, and the device's own breakdown of them for
+/// `kepler_platform_watts`. Kept together so the tick never pairs a total with another
+/// answer's detail.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Polled {
+    pub readings: Vec<ZoneReading>,
+    pub platform: Vec<PlatformPower>,
+}
+
+impl From<Vec<ZoneReading>> for Polled {
+    fn from(readings: Vec<ZoneReading>) -> Self {
+        Polled {
+            readings,
+            platform: Vec::new(),
+        }
+    }
 }
 
 /// How often to poll and how old a reading may be when the tick takes it.
@@ -30,7 +48,7 @@ pub struct PollTiming {
 
 #[derive(Default)]
 struct Latest {
-    readings: Option<(Instant, Vec<ZoneReading>)>,
+    readings: Option<(Instant, Polled)>,
     error: Option<String>,
 }
 
@@ -42,6 +60,9 @@ pub struct PolledMeter {
     zones: Vec<String>,
     staleness: Duration,
     latest: Arc<Mutex<Latest>>,
+    /// The breakdown of the answer the last successful read returned.
+    platform: Vec<PlatformPower>,
+    detail: Option<String>,
 }
 
 /// The poller side: run it on the agent's service (`Service::spawn`), which stops it.
@@ -73,6 +94,8 @@ impl PolledMeter {
                 zones,
                 staleness: timing.staleness,
                 latest: latest.clone(),
+                platform: Vec::new(),
+                detail: None,
             },
             Poller {
                 device,
@@ -82,6 +105,15 @@ impl PolledMeter {
                 name: name.to_string(),
             },
         )
+    }
+}
+
+impl PolledMeter {
+    /// What `kepler probe` shows about the device (where it is, what it answered); never a
+    /// secret.
+    pub fn with_detail(mut self, detail: String) -> Self {
+        self.detail = Some(detail);
+        self
     }
 }
 
@@ -102,11 +134,22 @@ impl PowerMeter for PolledMeter {
         self.zones.clone()
     }
 
+    fn detail(&self) -> Option<String> {
+        self.detail.clone()
+    }
+
+    fn platform_sources(&self) -> &[PlatformPower] {
+        &self.platform
+    }
+
     fn read(&mut self, _: &MeterInput<'_>, out: &mut Vec<ZoneReading>) -> Result<(), ReadError> {
+        self.platform.clear();
         let latest = self.latest.lock().unwrap_or_else(PoisonError::into_inner);
         match &latest.readings {
-            Some((at, readings)) if at.elapsed() <= self.staleness => {
-                out.extend(readings.iter().cloned());
+            Some((at, polled)) if at.elapsed() <= self.staleness => {
+                out.extend(polled.readings.iter().cloned());
+                // Labels are shared (`Arc`), so this copies only pointers and numbers.
+                self.platform.extend(polled.platform.iter().cloned());
                 Ok(())
             }
             Some((at, _)) => Err(ReadError::Other(format!(
@@ -127,7 +170,81 @@ impl PowerMeter for PolledMeter {
     }
 }
 
+/// Builds a polled meter for a slow device and hands its poller to the agent
+/// (`cx.background`: started on its service under its stop signal, reporting as a `poller`).
+/// Where nothing will run it (`kepler probe`), the device is asked once, now, and `detail`
+/// says what it answered.
+pub fn start(
+    cx: &crate::registry::OpenContext<'_>,
+    name: &str,
+    domain: PowerDomain,
+    provenance: Provenance,
+    device: Box<dyn SlowDevice>,
+    timing: PollTiming,
+    detail: String,
+) -> Result<PolledMeter, kepler_core::Unavailable> {
+    // Replaced by the agent's own handle when the task starts; probe keeps this private one.
+    let health = kepler_core::Health::new().register(ComponentKind::Poller, name);
+    let zones = vec![domain.as_str().to_string()];
+    let (meter, mut poller) =
+        PolledMeter::new(name, domain, provenance, zones, device, timing, health);
+    match cx.background {
+        Some(background) => {
+            background.push(BackgroundTask::new(
+                format!("kepler-{name}"),
+                ComponentKind::Poller,
+                name,
+                move |stop, health| {
+                    poller.health = health;
+                    poller.run(stop);
+                },
+            ));
+            Ok(meter.with_detail(detail))
+        }
+        None => {
+            let answer = match poller.poll_once() {
+                Ok(polled) => {
+                    let watts: f64 = polled
+                        .readings
+                        .iter()
+                        .filter_map(|r| match r.sample {
+                            kepler_core::ZoneSample::Power(w) => Some(w.0),
+                            kepler_core::ZoneSample::Energy { .. } => None,
+                        })
+                        .sum();
+                    format!(
+                        "answered: {watts:.1} W from {} reading(s)",
+                        polled.readings.len()
+                    )
+                }
+                Err(e) => format!("did not answer: {e}"),
+            };
+            Ok(meter.with_detail(format!("{detail}; {answer}")))
+        }
+    }
+}
+
 impl Poller {
+    /// Asks the device once and stores the answer for the meter (as one round of
+    /// [`Poller::run`] does); returns a copy of it.
+    pub fn poll_once(&mut self) -> Result<Polled, String> {
+        let result = self.device.poll();
+        let mut latest = self.latest.lock().unwrap_or_else(PoisonError::into_inner);
+        match result {
+            Ok(polled) => {
+                latest.readings = Some((Instant::now(), polled.clone()));
+                latest.error = None;
+                self.health.set_up();
+                Ok(polled)
+            }
+            Err(e) => {
+                latest.error = Some(e.to_string());
+                self.health.set_down();
+                Err(e.to_string())
+            }
+        }
+    }
+
     /// Polls until `stop`, backing off exponentially while the device fails.
     pub fn run(mut self, stop: StopSignal) {
         let mut wait = self.timing.every;
@@ -172,13 +289,14 @@ mod tests {
     struct Scripted(mpsc::Receiver<Result<f64, String>>);
 
     impl SlowDevice for Scripted {
-        fn poll(&mut self) -> Result<Vec<ZoneReading>, ReadError> {
+        fn poll(&mut self) -> Result<Polled, ReadError> {
             match self.0.recv() {
                 Ok(Ok(w)) => Ok(vec![ZoneReading::power(
                     "platform".into(),
                     "bmc".into(),
                     Watts(w),
-                )]),
+                )]
+                .into()),
                 Ok(Err(e)) => Err(ReadError::Other(e)),
                 // The test ended: look hung, as a device that stopped answering would.
                 Err(_) => {

@@ -8,7 +8,7 @@
 use std::fmt;
 use std::str::FromStr;
 
-use kepler_core::{Feature, PowerDomain, PowerMeter, Unavailable};
+use kepler_core::{Background, Feature, PowerDomain, PowerMeter, Unavailable};
 use tracing::info;
 
 use crate::gpu::{self, GpuMeter};
@@ -26,6 +26,9 @@ pub struct OpenContext<'a> {
     pub features: &'a [Feature],
     /// How to open the `model` meter; `None` leaves it unavailable.
     pub estimator: Option<&'a OpenEstimator<'a>>,
+    /// Where slow meters leave their poller for the agent to start (kind `poller` in its
+    /// health); `None` (`kepler probe`) makes them ask their device once while opening.
+    pub background: Option<&'a Background>,
 }
 
 impl<'a> OpenContext<'a> {
@@ -35,6 +38,7 @@ impl<'a> OpenContext<'a> {
             settings,
             features: &[],
             estimator: None,
+            background: None,
         }
     }
 }
@@ -92,6 +96,16 @@ static ROWS: &[MeterRow] = &[
             Some(open) => open(cx.features),
             None => Err(Unavailable::new("no estimation model is configured")),
         },
+    },
+    MeterRow {
+        name: crate::redfish::NAME,
+        domain: PowerDomain::Platform,
+        open: |cx| Ok(Box::new(crate::redfish::open(cx)?)),
+    },
+    MeterRow {
+        name: crate::ipmi::NAME,
+        domain: PowerDomain::Platform,
+        open: |cx| Ok(Box::new(crate::ipmi::open(cx)?)),
     },
     MeterRow {
         name: "acpi",
@@ -442,7 +456,7 @@ mod tests {
         assert_eq!(err.name, "tpu");
         assert_eq!(
             err.to_string(),
-            "unknown meter \"tpu\" (known: rapl, msr, hwmon, fake, model, acpi, fake-gpu, nvml, amdgpu)"
+            "unknown meter \"tpu\" (known: rapl, msr, hwmon, fake, model, redfish, ipmi, acpi, fake-gpu, nvml, amdgpu)"
         );
     }
 }

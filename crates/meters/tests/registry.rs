@@ -105,7 +105,7 @@ fn names_parse_in_any_case_and_unknown_ones_are_named() {
             MeterName::deserialize::<StrDeserializer<DeError>>(text.into_deserializer()).unwrap();
         assert_eq!(via_serde.as_str(), expected, "{text}");
     }
-    for bad in ["magic", "", "rapl,hwmon", "ipmi"] {
+    for bad in ["magic", "", "rapl,hwmon", "tpu"] {
         let err = bad.parse::<MeterName>().unwrap_err();
         assert_eq!(err.name, bad);
         assert!(err.to_string().contains("known: rapl, msr, hwmon"), "{err}");
@@ -134,8 +134,11 @@ fn every_row_opens_a_meter_of_its_name_and_domain() {
         estimator: Some(&estimator),
         ..OpenContext::new(&settings)
     };
-    // NVML needs the driver: tests/nvml.rs runs it where a GPU exists.
-    for meter in MeterName::all().filter(|m| !["model", "nvml"].contains(&m.as_str())) {
+    // NVML needs the driver (tests/nvml.rs runs it where a GPU exists); the platform rows need
+    // a BMC (tests/redfish.rs and tests/ipmi.rs open them).
+    for meter in
+        MeterName::all().filter(|m| !["model", "nvml", "redfish", "ipmi"].contains(&m.as_str()))
+    {
         let opened = meter.open(&cx).unwrap();
         assert_eq!(opened.name(), meter.as_str());
         assert_eq!(opened.domain(), meter.domain(), "{meter}");
@@ -197,12 +200,15 @@ fn selection_takes_the_first_meter_that_opens() {
         .filter(|a| a.domain != PowerDomain::Gpu)
         .map(|a| (a.domain, a.meter.to_string(), a.outcome.is_ok()))
         .collect();
+    // The BMC meters come first in the platform chain and say why they do not measure here.
     assert_eq!(
         tried,
         vec![
             (PowerDomain::Cpu, "rapl".into(), false),
             (PowerDomain::Cpu, "hwmon".into(), true),
-            (PowerDomain::Platform, "acpi".into(), true)
+            (PowerDomain::Platform, "redfish".into(), false),
+            (PowerDomain::Platform, "ipmi".into(), false),
+            (PowerDomain::Platform, "acpi".into(), true),
         ]
     );
     assert_eq!(
@@ -211,6 +217,12 @@ fn selection_takes_the_first_meter_that_opens() {
     );
     assert_eq!(
         selection.attempts[2].outcome,
+        Err(Unavailable::new(
+            "experimental.platform.redfish.enabled is false"
+        ))
+    );
+    assert_eq!(
+        selection.attempts[4].outcome,
         Ok(vec!["platform".to_string()])
     );
 
@@ -235,6 +247,7 @@ fn the_model_is_opened_by_the_callers_estimator_with_the_sources_features() {
         settings: &settings,
         features: &features,
         estimator: Some(&estimator),
+        ..OpenContext::new(&settings)
     };
     let selection = select(&chains(&names(&["rapl", "hwmon"]), false), &cx);
     assert_eq!(selection.meters.len(), 1, "the estimator's meter is taken");

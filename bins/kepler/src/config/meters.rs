@@ -3,7 +3,7 @@
 
 use std::path::PathBuf;
 
-use kepler_meters::MeterName;
+use kepler_meters::{IpmiInterface, IpmiSettings, MeterName, RedfishSettings};
 use serde::Deserialize;
 
 use super::gpu::{FakeGpuConfig, GpuConfig};
@@ -47,13 +47,68 @@ pub struct PlatformConfig {
     pub redfish: RedfishConfig,
 }
 
+/// `experimental.platform.redfish` (upstream's keys); see `kepler_meters::redfish`.
 #[derive(Clone, Debug, Default, Deserialize, PartialEq)]
 #[serde(default, rename_all = "camelCase")]
 pub struct RedfishConfig {
     pub enabled: bool,
+    /// The node's key in the BMC file; upstream's proposal spelt it `nodeID`.
+    #[serde(alias = "nodeID")]
     pub node_name: Option<String>,
     pub config_file: Option<PathBuf>,
+    /// Limit of each HTTP request (default 5s).
     pub http_timeout: Option<GoDuration>,
+    /// How old a cached BMC answer may be when a tick takes it (default 30s).
+    pub staleness: Option<GoDuration>,
+}
+
+impl RedfishConfig {
+    pub fn settings(&self) -> RedfishSettings {
+        let default = RedfishSettings::default();
+        RedfishSettings {
+            enabled: self.enabled,
+            node_name: self.node_name.clone().filter(|n| !n.is_empty()),
+            config_file: self.config_file.clone(),
+            http_timeout: self.http_timeout.map_or(default.http_timeout, |d| d.0),
+            staleness: self.staleness.map_or(default.staleness, |d| d.0),
+        }
+    }
+}
+
+/// `ipmi` (kepler-rs): platform power from IPMI DCMI through ipmitool; see
+/// `kepler_meters::ipmi`.
+#[derive(Clone, Debug, Default, Deserialize, PartialEq)]
+#[serde(default, rename_all = "camelCase")]
+pub struct IpmiConfig {
+    pub enabled: bool,
+    /// `open` (in-band, /dev/ipmi0) or `lanplus` (RMCP+ to `address`), any case.
+    pub interface: IpmiInterface,
+    pub address: Option<String>,
+    pub username: Option<String>,
+    /// A file holding the BMC password (never the password itself in this file).
+    pub password_file: Option<PathBuf>,
+    /// The ipmitool program (default: `ipmitool` on PATH).
+    pub ipmitool: Option<PathBuf>,
+    /// Limit of one ipmitool run (default 5s).
+    pub timeout: Option<GoDuration>,
+    /// How old a cached answer may be when a tick takes it (default 30s).
+    pub staleness: Option<GoDuration>,
+}
+
+impl IpmiConfig {
+    pub fn settings(&self) -> IpmiSettings {
+        let default = IpmiSettings::default();
+        IpmiSettings {
+            enabled: self.enabled,
+            interface: self.interface,
+            address: self.address.clone(),
+            username: self.username.clone(),
+            password_file: self.password_file.clone(),
+            ipmitool: self.ipmitool.clone().unwrap_or(default.ipmitool),
+            timeout: self.timeout.map_or(default.timeout, |d| d.0),
+            staleness: self.staleness.map_or(default.staleness, |d| d.0),
+        }
+    }
 }
 
 #[derive(Clone, Debug, Default, Deserialize, PartialEq)]

@@ -86,6 +86,45 @@ fn upstream_keys_parse() {
     assert_eq!(c.web.listen_addresses, vec!["127.0.0.1:9999"]);
 }
 
+#[test]
+fn platform_meter_keys_parse_into_the_meters_settings() {
+    let c = valid(
+        "kube:\n  nodeName: kube-node\nmonitor:\n  interval: 2s\nexperimental:\n  platform:\n    redfish:\n      enabled: true\n      nodeID: bmc-node\n      configFile: /etc/kepler/redfish.yaml\n      httpTimeout: 3s\n      staleness: 1m\n\
+         ipmi:\n  enabled: true\n  interface: LanPlus\n  address: 10.0.0.9:1623\n  username: root\n  passwordFile: /run/secrets/ipmi\n  timeout: 7s\n",
+    );
+    let s = setup_settings(&c);
+    assert_eq!(s.node_name, "kube-node");
+    assert_eq!(s.poll_interval, Duration::from_secs(2));
+    let r = &s.redfish;
+    assert!(r.enabled);
+    assert_eq!(r.node_name.as_deref(), Some("bmc-node"));
+    assert_eq!(
+        r.config_file,
+        Some(PathBuf::from("/etc/kepler/redfish.yaml"))
+    );
+    assert_eq!(r.http_timeout, Duration::from_secs(3));
+    assert_eq!(r.staleness, Duration::from_secs(60));
+    let i = &s.ipmi;
+    assert!(i.enabled);
+    assert_eq!(i.interface, kepler_meters::IpmiInterface::Lanplus);
+    assert_eq!(i.address.as_deref(), Some("10.0.0.9:1623"));
+    assert_eq!(i.password_file, Some(PathBuf::from("/run/secrets/ipmi")));
+    assert_eq!(i.ipmitool, PathBuf::from("ipmitool"));
+    assert_eq!(i.timeout, Duration::from_secs(7));
+    assert_eq!(i.staleness, Duration::from_secs(30));
+    // Defaults: both off, upstream's 5s timeout.
+    let d = setup_settings(&Config::default());
+    assert!(!d.redfish.enabled && !d.ipmi.enabled);
+    assert_eq!(d.redfish.http_timeout, Duration::from_secs(5));
+    let err = parse("ipmi:\n  interface: serial\n")
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("ipmi.interface") && err.contains("open, lanplus"),
+        "{err}"
+    );
+}
+
 /// Closed choices are read in any case, as upstream's names are.
 #[test]
 fn closed_choices_parse_in_any_case() {
@@ -245,7 +284,8 @@ fn msr_is_opt_in_and_joins_the_cpu_chain_when_enabled() {
 }
 
 fn setup_settings(c: &Config) -> kepler_meters::MeterSettings {
-    crate::setup::meter_settings(c)
+    let host = kepler_sources::HostFacts::read(&c.host.procfs, &c.host.sysfs);
+    crate::setup::meter_settings(c, &host)
 }
 
 #[test]
@@ -337,6 +377,15 @@ fn out_of_range_values_are_rejected_by_key() {
             "attribution.lowUsageRatio",
         ),
         ("estimator:\n  model: \" \"\n", "estimator.model"),
+        (
+            "experimental:\n  platform:\n    redfish:\n      enabled: true\n",
+            "experimental.platform.redfish.configFile",
+        ),
+        (
+            "experimental:\n  platform:\n    redfish:\n      httpTimeout: 0s\n",
+            "experimental.platform.redfish.httpTimeout",
+        ),
+        ("ipmi:\n  timeout: 0s\n", "ipmi.timeout"),
     ] {
         let err = config(yaml).validate().unwrap_err().to_string();
         assert!(err.contains(key), "{yaml}: {err} should name {key}");
@@ -370,7 +419,8 @@ fn gpu_keys_reach_the_meter_settings() {
         "experimental:\n  gpu:\n    enabled: true\n    idlePower: 12.5\n    dcgmEndpoint: http://localhost:9400/metrics\n\
          dev:\n  fake-gpu:\n    enabled: true\n    devices:\n      - watts: 80\n        energy: true\n        processes: [{pid: 7, weight: 3}, {pid: 8}]\n",
     );
-    let s = crate::setup::meter_settings(&c).gpu;
+    let host = kepler_sources::HostFacts::read(&c.host.procfs, &c.host.sysfs);
+    let s = crate::setup::meter_settings(&c, &host).gpu;
     assert!(s.enabled);
     assert_eq!(s.idle_power, Some(kepler_core::Watts(12.5)));
     assert_eq!(

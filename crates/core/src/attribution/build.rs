@@ -96,6 +96,7 @@ impl Attributor {
                 })
                 .collect(),
             features: None,
+            platform: Vec::new(),
         }
     }
 }

@@ -178,6 +178,7 @@ pub fn snapshot() -> PowerSnapshot {
             zones: vec![zv(9_000_000, 1.8), zv(500_000, 0.1)].into(),
         }],
         features: None,
+        platform: Vec::new(),
     }
 }
 
@@ -268,6 +269,7 @@ pub fn synthetic(processes: usize, zones: usize) -> PowerSnapshot {
         pods,
         vms: Vec::new(),
         features: None,
+        platform: Vec::new(),
     }
 }
 
