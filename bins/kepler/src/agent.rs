@@ -11,7 +11,7 @@ use kepler_core::{
 };
 use kepler_exporters::{
     AgentState, AgentStats, EbpfCounts, ExportContext, Output, PrometheusOutput, Publication,
-    Readiness, StdoutOutput,
+    Readiness, Routes, StdoutOutput,
 };
 use kepler_http::shutdown_signal;
 use tracing::{info, warn};
@@ -84,9 +84,8 @@ pub fn run(config: Config) -> Result<()> {
         .with_features(config.ebpf.export_features);
 
     let mut outputs: Vec<Box<dyn Output>> = Vec::new();
-    if config.exporter.prometheus.enabled {
-        outputs.push(Box::new(PrometheusOutput::new(state.clone())));
-    }
+    // The state also backs /readyz, which stays served when the Prometheus exporter is off.
+    outputs.push(Box::new(PrometheusOutput::new(state.clone())));
     if config.exporter.stdout.enabled {
         outputs.push(Box::new(StdoutOutput));
     }
@@ -112,17 +111,21 @@ pub fn run(config: Config) -> Result<()> {
             ),
             None => None,
         };
-        if !config.exporter.prometheus.enabled {
-            shutdown_signal().await;
-            return Ok(());
-        }
         let server = kepler_http::Server::bind(&config.web.listen_addresses, web)
             .await
             .context("web.listenAddresses")?;
         server
-            .serve(kepler_exporters::router(state.clone()), shutdown_signal())
+            .serve(
+                kepler_exporters::router_with(
+                    state.clone(),
+                    Routes {
+                        metrics: config.exporter.prometheus.enabled,
+                    },
+                ),
+                shutdown_signal(),
+            )
             .await
-            .context("serving metrics")
+            .context("serving HTTP")
     });
     // One shutdown path, whether serving ended by a signal or an error.
     service.shutdown();

@@ -5,6 +5,7 @@
 
 mod attribution;
 pub(crate) mod choice;
+mod compat;
 mod duration;
 mod ebpf;
 mod estimator;
@@ -23,6 +24,7 @@ use serde::Deserialize;
 pub use self::attribution::{AttributionSection, IdlePolicyName};
 pub(crate) use self::choice::closed_choice;
 pub use self::choice::ChoiceError;
+pub use self::compat::{DebugCollector, DebugConfig};
 pub use self::duration::{parse_duration, GoDuration};
 pub use self::ebpf::{EbpfConfig, EbpfMode};
 pub use self::estimator::{EstimatorConfig, EstimatorFamily, EstimatorOutput};
@@ -62,6 +64,7 @@ pub struct Config {
     pub rapl: RaplConfig,
     pub exporter: ExporterConfig,
     pub web: WebConfig,
+    pub debug: DebugConfig,
     pub kube: KubeConfig,
     pub experimental: ExperimentalConfig,
     pub dev: DevConfig,
@@ -130,7 +133,9 @@ pub struct Enabled {
 #[serde(default, rename_all = "camelCase")]
 pub struct PrometheusConfig {
     pub enabled: bool,
-    /// A list, or one comma-separated string; `all` for every level; any case.
+    /// The agent's own `process_*` metrics (upstream's Go and process collectors).
+    pub debug_collectors: Vec<DebugCollector>,
+    /// A list, or one comma-separated string; `all` (or empty) for every level; any case.
     pub metrics_level: MetricsLevel,
 }
 
@@ -138,6 +143,7 @@ impl Default for PrometheusConfig {
     fn default() -> Self {
         PrometheusConfig {
             enabled: true,
+            debug_collectors: vec![DebugCollector::Go],
             metrics_level: MetricsLevel::ALL,
         }
     }
@@ -146,6 +152,8 @@ impl Default for PrometheusConfig {
 #[derive(Clone, Debug, Deserialize, PartialEq)]
 #[serde(default, rename_all = "camelCase")]
 pub struct WebConfig {
+    /// `""` (upstream's default in its files) means no web config.
+    #[serde(deserialize_with = "compat::empty_as_none")]
     pub config_file: Option<PathBuf>,
     pub listen_addresses: Vec<String>,
 }
@@ -161,19 +169,33 @@ impl Default for WebConfig {
 
 /// Values given on the command line, already parsed; `None` leaves the file's (or default)
 /// value.
+/// `Option<Option<_>>` fields: `Some(None)` is a flag given as `""`, which clears the file's value.
 #[derive(Clone, Debug, Default)]
 pub struct Overrides {
     pub log_level: Option<LogLevel>,
+    pub log_format: Option<LogFormat>,
     pub sysfs: Option<PathBuf>,
     pub procfs: Option<PathBuf>,
     pub interval: Option<GoDuration>,
+    pub max_terminated: Option<i64>,
+    pub pprof: Option<bool>,
     pub listen_addresses: Vec<String>,
-    pub web_config_file: Option<PathBuf>,
+    pub web_config_file: Option<Option<PathBuf>>,
     pub kube_enable: Option<bool>,
-    pub kube_config: Option<PathBuf>,
+    pub kube_config: Option<Option<PathBuf>>,
     pub kube_node_name: Option<String>,
     pub metrics: Option<MetricsLevel>,
     pub exporter_stdout: Option<bool>,
+    pub exporter_prometheus: Option<bool>,
+    pub redfish_enabled: Option<bool>,
+    pub redfish_node_name: Option<String>,
+    pub redfish_config_file: Option<PathBuf>,
+    pub hwmon_force_enabled: Option<bool>,
+    pub hwmon_enabled: Option<bool>,
+    pub hwmon_zones: Vec<String>,
+    pub gpu_enabled: Option<bool>,
+    pub gpu_idle_power: Option<f64>,
+    pub gpu_dcgm_endpoint: Option<Option<String>>,
 }
 
 /// A loaded configuration and the unknown keys that were ignored (to warn about once logging
@@ -239,6 +261,15 @@ impl Config {
         if let Some(level) = o.log_level {
             self.log.level = level;
         }
+        if let Some(format) = o.log_format {
+            self.log.format = format;
+        }
+        if let Some(n) = o.max_terminated {
+            self.monitor.max_terminated = n;
+        }
+        if let Some(v) = o.pprof {
+            self.debug.pprof.enabled = v;
+        }
         if let Some(p) = &o.sysfs {
             self.host.sysfs = p.clone();
         }
@@ -252,13 +283,13 @@ impl Config {
             self.web.listen_addresses = o.listen_addresses.clone();
         }
         if let Some(p) = &o.web_config_file {
-            self.web.config_file = Some(p.clone());
+            self.web.config_file = p.clone();
         }
         if let Some(v) = o.kube_enable {
             self.kube.enabled = v;
         }
         if let Some(p) = &o.kube_config {
-            self.kube.config = Some(p.clone());
+            self.kube.config = p.clone();
         }
         if let Some(n) = &o.kube_node_name {
             self.kube.node_name = Some(n.clone());
@@ -268,6 +299,41 @@ impl Config {
         }
         if let Some(v) = o.exporter_stdout {
             self.exporter.stdout.enabled = v;
+        }
+        if let Some(v) = o.exporter_prometheus {
+            self.exporter.prometheus.enabled = v;
+        }
+        self.apply_experimental(o);
+    }
+
+    fn apply_experimental(&mut self, o: &Overrides) {
+        let x = &mut self.experimental;
+        if let Some(v) = o.redfish_enabled {
+            x.platform.redfish.enabled = v;
+        }
+        if let Some(n) = &o.redfish_node_name {
+            x.platform.redfish.node_name = Some(n.clone());
+        }
+        if let Some(p) = &o.redfish_config_file {
+            x.platform.redfish.config_file = Some(p.clone());
+        }
+        if let Some(v) = o.hwmon_force_enabled {
+            x.hwmon.force_enabled = v;
+        }
+        if let Some(v) = o.hwmon_enabled {
+            x.hwmon.enabled = Some(v);
+        }
+        if !o.hwmon_zones.is_empty() {
+            x.hwmon.zones = o.hwmon_zones.clone();
+        }
+        if let Some(v) = o.gpu_enabled {
+            x.gpu.enabled = v;
+        }
+        if let Some(w) = o.gpu_idle_power {
+            x.gpu.idle_power = Some(w);
+        }
+        if let Some(url) = &o.gpu_dcgm_endpoint {
+            x.gpu.dcgm_endpoint = url.clone();
         }
     }
 
@@ -311,10 +377,10 @@ impl Config {
                 format!("{meter} measures the {} domain, not cpu", meter.domain()),
             ));
         }
-        if self.web.listen_addresses.is_empty() && self.exporter.prometheus.enabled {
+        if self.web.listen_addresses.is_empty() {
             return Err(invalid(
                 "web.listenAddresses",
-                "needs at least one address when the Prometheus exporter is enabled".into(),
+                "needs at least one address (health and readiness are served there)".into(),
             ));
         }
         if let Some(w) = self.attribution.idle_baseline_watts {
@@ -355,7 +421,19 @@ impl Config {
         if self.experimental.gpu.enabled {
             keys.push("experimental.gpu.enabled");
         }
-        if self.experimental.hwmon.chip_rules.is_some() {
+        if self.debug.pprof.enabled {
+            keys.push("debug.pprof.enabled (Go profiles; profile this agent with perf instead)");
+        }
+        // Upstream's files carry `chipRules: []`; only rules that say something need a warning.
+        if self
+            .experimental
+            .hwmon
+            .chip_rules
+            .as_ref()
+            .is_some_and(|rules| {
+                !rules.is_null() && rules.as_sequence().is_none_or(|r| !r.is_empty())
+            })
+        {
             keys.push("experimental.hwmon.chipRules");
         }
         keys
@@ -364,6 +442,15 @@ impl Config {
     /// Every power domain's fallback chain of meters, from `cpu.preferredMeters` and
     /// `dev.fake-cpu-meter.enabled`.
     pub fn meter_chains(&self) -> Vec<kepler_meters::Chain> {
-        kepler_meters::registry::chains(&self.cpu.preferred_meters, self.dev.fake_cpu_meter.enabled)
+        let mut preferred = self.cpu.preferred_meters.clone();
+        // Upstream's `forceEnabled` skips RAPL detection for hwmon; trying hwmon first gives the
+        // same choice on hosts with hwmon and still a meter on hosts without it.
+        if self.experimental.hwmon.force_enabled {
+            if let Ok(hwmon) = "hwmon".parse::<kepler_meters::MeterName>() {
+                preferred.retain(|m| *m != hwmon);
+                preferred.insert(0, hwmon);
+            }
+        }
+        kepler_meters::registry::chains(&preferred, self.dev.fake_cpu_meter.enabled)
     }
 }

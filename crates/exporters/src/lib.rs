@@ -47,5 +47,5 @@ pub use encode::{encode, FamilyWriter, Format, MetricWriter, SampleValue};
 pub use level::{Level, LevelError, MetricsLevel};
 pub use outputs::{Output, OutputError, PrometheusOutput, Publication, StdoutOutput};
 pub use registry::{metrics_markdown, Desc, Describe, MetricType};
-pub use routes::router;
+pub use routes::{router, router_with, Routes};
 pub use state::{AgentState, Readiness};

@@ -19,12 +19,39 @@ use crate::state::{AgentState, Readiness};
 /// The exporter's routes over `state`. Give it to `kepler_http::Server::serve`, which puts
 /// basic auth in front of every route, `/healthz` and `/readyz` included.
 pub fn router(state: Arc<AgentState>) -> Router {
-    Router::new()
-        .route("/metrics", get(metrics))
+    router_with(state, Routes::default())
+}
+
+/// Which optional routes are served.
+#[derive(Copy, Clone, Debug)]
+pub struct Routes {
+    /// `/metrics`; `exporter.prometheus.enabled: false` turns it off while `/healthz`, `/readyz`
+    /// and `/` stay served for probes.
+    pub metrics: bool,
+}
+
+impl Default for Routes {
+    fn default() -> Self {
+        Routes { metrics: true }
+    }
+}
+
+/// [`router`] with the optional routes chosen.
+pub fn router_with(state: Arc<AgentState>, routes: Routes) -> Router {
+    // Upstream's chart probes /probe/livez and /probe/readyz; older manifests the short names.
+    let mut router = Router::new()
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
-        .route("/", get(index))
-        .with_state(state)
+        .route("/probe/livez", get(healthz))
+        .route("/probe/readyz", get(readyz));
+    if routes.metrics {
+        router = router
+            .route("/metrics", get(metrics))
+            .route("/", get(index_with_metrics));
+    } else {
+        router = router.route("/", get(index_without_metrics));
+    }
+    router.with_state(state)
 }
 
 async fn metrics(State(state): State<Arc<AgentState>>, headers: HeaderMap) -> Response {
@@ -57,13 +84,25 @@ async fn readyz(State(state): State<Arc<AgentState>>) -> Response {
     }
 }
 
-async fn index(State(state): State<Arc<AgentState>>) -> Html<String> {
+async fn index_with_metrics(State(state): State<Arc<AgentState>>) -> Html<String> {
+    index(&state, true)
+}
+
+async fn index_without_metrics(State(state): State<Arc<AgentState>>) -> Html<String> {
+    index(&state, false)
+}
+
+fn index(state: &AgentState, metrics: bool) -> Html<String> {
     let version = escape_html(&state.context().build.version);
+    let metrics_link = if metrics {
+        "<li><a href=\"metrics\">metrics</a></li>\n"
+    } else {
+        ""
+    };
     Html(format!(
         "<!DOCTYPE html>\n<html><head><title>Kepler</title></head><body>\n\
          <h1>Kepler</h1>\n<p>Power consumption exporter (kepler-rs {version}).</p>\n<ul>\n\
-         <li><a href=\"metrics\">metrics</a></li>\n\
-         <li><a href=\"healthz\">healthz</a></li>\n\
+         {metrics_link}<li><a href=\"healthz\">healthz</a></li>\n\
          <li><a href=\"readyz\">readyz</a></li>\n</ul>\n</body></html>\n"
     ))
 }

@@ -136,8 +136,9 @@ fn closed_choices_parse_in_any_case() {
             "exporter:\n  prometheus:\n    metricsLevel: [NODE, Pod]\n",
             &|c| c.exporter.prometheus.metrics_level == node_pod,
         ),
+        // Upstream's ParseLevel: an empty list is every level.
         ("exporter:\n  prometheus:\n    metricsLevel: []\n", &|c| {
-            c.exporter.prometheus.metrics_level.is_empty()
+            c.exporter.prometheus.metrics_level == MetricsLevel::ALL
         }),
         ("cpu:\n  preferredMeters: [RAPL, Hwmon]\n", &|c| {
             cpu_chain(c) == ["rapl", "hwmon", "model"]
@@ -311,4 +312,93 @@ fn a_missing_file_is_a_clear_error() {
     .unwrap_err()
     .to_string();
     assert!(err.contains("/nonexistent/k.yaml"), "{err}");
+}
+
+#[test]
+fn upstream_only_keys_are_known_and_empty_strings_mean_unset() {
+    let c = valid(
+        "web:\n  configFile: \"\"\n  listenAddresses: [\":28282\"]\n\
+         kube:\n  enabled: false\n  config: \"\"\n  nodeName: \"\"\n\
+         exporter:\n  prometheus:\n    enabled: true\n    debugCollectors: [go, PROCESS]\n\
+         debug:\n  pprof:\n    enabled: false\n\
+         experimental:\n  hwmon:\n    enabled: false\n    forceEnabled: false\n    zones: []\n    chipRules: []\n\
+         \x20 gpu:\n    enabled: false\n    idlePower: 0\n    dcgmEndpoint: \"\"\n",
+    );
+    assert_eq!(c.web.config_file, None);
+    assert_eq!(c.kube.config, None);
+    assert_eq!(c.kube.node_name, None);
+    assert_eq!(
+        c.exporter.prometheus.debug_collectors,
+        [DebugCollector::Go, DebugCollector::Process]
+    );
+    assert_eq!(c.experimental.gpu.dcgm_endpoint, None);
+    assert!(c.not_implemented().is_empty(), "{:?}", c.not_implemented());
+    assert_eq!(
+        Config::default().exporter.prometheus.debug_collectors,
+        [DebugCollector::Go]
+    );
+
+    let c = valid(
+        "debug:\n  pprof:\n    enabled: true\n\
+         experimental:\n  hwmon:\n    chipRules:\n      - name: ina3221\n        useSameIndex: true\n\
+         \x20 gpu:\n    dcgmEndpoint: http://10.0.0.1:9400/metrics\n",
+    );
+    let warned = c.not_implemented().join(" ");
+    assert!(warned.contains("debug.pprof.enabled"), "{warned}");
+    assert!(warned.contains("chipRules"), "{warned}");
+    assert_eq!(
+        c.experimental.gpu.dcgm_endpoint.as_deref(),
+        Some("http://10.0.0.1:9400/metrics")
+    );
+    assert!(parse("exporter:\n  prometheus:\n    debugCollectors: [python]\n").is_err());
+}
+
+#[test]
+fn hwmon_force_enabled_puts_hwmon_first() {
+    let c = valid("experimental:\n  hwmon:\n    forceEnabled: true\n");
+    assert_eq!(cpu_chain(&c), ["hwmon", "rapl", "model"]);
+    let c = valid("experimental:\n  hwmon:\n    enabled: true\n");
+    assert_eq!(cpu_chain(&c), ["rapl", "hwmon", "model"]);
+}
+
+/// Upstream's own published files load with no unknown key, no error and no warning beyond
+/// the one for `debug.pprof.enabled: true` (hack/config.yaml).
+#[test]
+fn upstream_published_files_load_cleanly() {
+    for (name, text) in [
+        (
+            "hack-config.yaml",
+            include_str!("../../tests/upstream/hack-config.yaml"),
+        ),
+        (
+            "helm-values-config.yaml",
+            include_str!("../../tests/upstream/helm-values-config.yaml"),
+        ),
+        (
+            "k8s-configmap-config.yaml",
+            include_str!("../../tests/upstream/k8s-configmap-config.yaml"),
+        ),
+    ] {
+        let loaded = parse(text).unwrap_or_else(|e| panic!("{name}: {e}"));
+        assert!(
+            loaded.unknown_keys.is_empty(),
+            "{name}: {:?}",
+            loaded.unknown_keys
+        );
+        let c = loaded.config;
+        c.validate().unwrap_or_else(|e| panic!("{name}: {e}"));
+        assert_eq!(c.web.config_file, None, "{name}");
+        assert_eq!(c.kube.config, None, "{name}");
+        assert_eq!(
+            c.exporter.prometheus.metrics_level,
+            MetricsLevel::ALL,
+            "{name}"
+        );
+        let warned: Vec<_> = c
+            .not_implemented()
+            .into_iter()
+            .filter(|k| !k.starts_with("debug.pprof"))
+            .collect();
+        assert!(warned.is_empty(), "{name}: {warned:?}");
+    }
 }

@@ -1,0 +1,93 @@
+//! The real agent started with upstream Kepler's own published config files (tests/upstream/)
+//! on a simulated powercap tree: it starts, serves /metrics with node power, and answers the
+//! probes; with `exporter.prometheus.enabled: false` it keeps the probes and drops /metrics.
+
+mod common;
+
+use std::path::Path;
+use std::time::Duration;
+
+use common::*;
+
+const UPSTREAM_FILES: [&str; 3] = [
+    "hack-config.yaml",
+    "helm-values-config.yaml",
+    "k8s-configmap-config.yaml",
+];
+
+fn upstream_file(name: &str) -> std::path::PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/upstream")
+        .join(name)
+}
+
+#[test]
+fn agent_serves_with_each_upstream_config_file() {
+    let sysfs = sysfs_dir();
+    let _sim = PowercapSim::start(sysfs.path(), &[("package-0", 30.0, 1 << 40)]);
+    for name in UPSTREAM_FILES {
+        let file = upstream_file(name);
+        // The files point at /host/sys (a DaemonSet's mount); flags override them, as upstream.
+        let (_agent, port) = start_agent(&[
+            "--config.file",
+            file.to_str().unwrap(),
+            "--host.sysfs",
+            sysfs.path().to_str().unwrap(),
+            "--host.procfs=/proc",
+            "--monitor.interval=500ms",
+        ]);
+        wait_ready(port, Duration::from_secs(30));
+        let samples = scrape(port);
+        let joules = one(
+            &samples,
+            "kepler_node_cpu_joules_total",
+            &[("zone", "package")],
+        );
+        assert!(joules >= 0.0, "{name}");
+        for probe in ["/healthz", "/readyz", "/probe/livez", "/probe/readyz"] {
+            let (status, _) = http_get(port, probe).unwrap();
+            assert_eq!(status, 200, "{name} {probe}");
+        }
+    }
+}
+
+#[test]
+fn prometheus_disabled_keeps_the_probes() {
+    let sysfs = sysfs_dir();
+    let _sim = PowercapSim::start(sysfs.path(), &[("package-0", 30.0, 1 << 40)]);
+    let (_agent, port) = start_agent(&[
+        "--host.sysfs",
+        sysfs.path().to_str().unwrap(),
+        "--monitor.interval=500ms",
+        "--exporter.prometheus=false",
+        "--web.config-file=",
+    ]);
+    wait_ready(port, Duration::from_secs(30));
+    assert_eq!(http_get(port, "/healthz").unwrap().0, 200);
+    assert_eq!(http_get(port, "/metrics").unwrap().0, 404);
+    let (status, page) = http_get(port, "/").unwrap();
+    assert_eq!(status, 200);
+    assert!(!page.contains("metrics"), "{page}");
+}
+
+#[test]
+fn bad_flag_exits_with_status_one() {
+    for args in [
+        &["--no-such-flag"][..],
+        &["--kube.enable=maybe"],
+        &["--metrics", "gpu"],
+    ] {
+        let status = std::process::Command::new(env!("CARGO_BIN_EXE_kepler"))
+            .args(args)
+            .stderr(std::process::Stdio::null())
+            .status()
+            .unwrap();
+        assert_eq!(status.code(), Some(1), "{args:?}");
+    }
+    let status = std::process::Command::new(env!("CARGO_BIN_EXE_kepler"))
+        .arg("--help")
+        .stdout(std::process::Stdio::null())
+        .status()
+        .unwrap();
+    assert_eq!(status.code(), Some(0));
+}
