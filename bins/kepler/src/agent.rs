@@ -10,13 +10,13 @@ use kepler_core::{
     StopSignal, TerminatedPolicy,
 };
 use kepler_exporters::{
-    AgentState, AgentStats, EbpfCounts, ExportContext, Output, PrometheusOutput, Publication,
-    Readiness, Routes, StdoutOutput,
+    AgentState, AgentStats, EbpfCounts, ExportContext, Output, ProcessStats, PrometheusOutput,
+    Publication, Readiness, Routes, SelfCollectors, StdoutOutput,
 };
 use kepler_http::shutdown_signal;
 use tracing::{info, warn};
 
-use crate::config::Config;
+use crate::config::{Config, DebugCollector};
 use crate::sampler::Sampler;
 use crate::service::Service;
 use crate::setup;
@@ -42,6 +42,8 @@ pub fn run(config: Config) -> Result<()> {
         }
     };
     context.health = health.clone();
+    context.self_collectors = self_collectors(&config);
+    let self_collectors = context.self_collectors;
     let state = Arc::new(AgentState::new(context));
     let mut service = Service::new();
 
@@ -99,7 +101,14 @@ pub fn run(config: Config) -> Result<()> {
     let interval = config.monitor.interval.0;
     service
         .spawn("kepler-sampler", move |stop| {
-            sample_loop(sampler, outputs, interval, ebpf_stats, stop)
+            sample_loop(
+                sampler,
+                outputs,
+                interval,
+                ebpf_stats,
+                self_collectors,
+                stop,
+            )
         })
         .context("starting the sampling thread")?;
 
@@ -133,6 +142,27 @@ pub fn run(config: Config) -> Result<()> {
     served
 }
 
+/// Upstream's `debugCollectors` as the encoder's switches.
+fn self_collectors(config: &Config) -> SelfCollectors {
+    let on = |c| config.exporter.prometheus.debug_collectors.contains(&c);
+    SelfCollectors {
+        process: on(DebugCollector::Process),
+        runtime: on(DebugCollector::Go),
+    }
+}
+
+/// The agent's own process, read once per tick. Always the agent's own `/proc`, not
+/// `host.procfs`: in a container that is the host's, where `self` may not be this process.
+fn own_process() -> Option<ProcessStats> {
+    match ProcessStats::read_self(std::path::Path::new("/proc")) {
+        Ok(stats) => Some(stats),
+        Err(e) => {
+            tracing::debug!(error = %e, "reading /proc/self; process_* metrics skipped this tick");
+            None
+        }
+    }
+}
+
 fn attribution_config(config: &Config) -> AttributionConfig {
     let max = match config.monitor.max_terminated {
         n if n < 0 => None,
@@ -155,6 +185,7 @@ fn sample_loop(
     mut outputs: Vec<(Box<dyn Output>, Arc<ComponentHealth>)>,
     interval: Duration,
     ebpf_stats: Option<Arc<kepler_ebpf::EbpfStats>>,
+    self_collectors: SelfCollectors,
     stop: StopSignal,
 ) {
     let mut next = Instant::now();
@@ -173,6 +204,7 @@ fn sample_loop(
                             dropped: s.dropped(),
                             tracked: s.tracked_processes.load(Ordering::Relaxed),
                         }),
+                        process: self_collectors.any().then(own_process).flatten(),
                     },
                     has_energy: sampler.had_energy(),
                 };

@@ -40,6 +40,7 @@ pub mod level;
 pub mod outputs;
 pub mod registry;
 pub mod routes;
+pub mod self_process;
 pub mod state;
 
 pub use context::{AgentStats, BuildInfo, EbpfCounts, ExportContext};
@@ -48,4 +49,5 @@ pub use level::{Level, LevelError, MetricsLevel};
 pub use outputs::{Output, OutputError, PrometheusOutput, Publication, StdoutOutput};
 pub use registry::{metrics_markdown, Desc, Describe, MetricType};
 pub use routes::{router, router_with, Routes};
+pub use self_process::{ProcessStats, SelfCollectors};
 pub use state::{AgentState, Readiness};

@@ -190,6 +190,7 @@ mod tests {
                 last_tick_duration: Duration::from_millis(3),
                 ticks: 7,
                 ebpf: None,
+                process: None,
             },
         );
         let first = state.encode(Format::Text004);
