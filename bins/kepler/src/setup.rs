@@ -166,7 +166,9 @@ pub fn build_info() -> BuildInfo {
         revision: option_env!("KEPLER_GIT_REVISION")
             .unwrap_or("unknown")
             .to_string(),
-        version: env!("CARGO_PKG_VERSION").to_string(),
+        version: option_env!("KEPLER_VERSION")
+            .unwrap_or(env!("CARGO_PKG_VERSION"))
+            .to_string(),
         rust_version: option_env!("KEPLER_RUSTC_VERSION")
             .unwrap_or("unknown")
             .to_string(),
@@ -176,6 +178,27 @@ pub fn build_info() -> BuildInfo {
 #[cfg(test)]
 mod tests {
     use std::path::Path;
+
+    /// Built from a git checkout, the build info names its commit (cargo reruns build.rs when
+    /// HEAD moves, so a test binary never reports an older commit than its source).
+    #[test]
+    fn build_info_names_the_git_commit() {
+        let info = build_info();
+        assert!(!info.version.is_empty() && info.version != "unknown");
+        let head = std::process::Command::new("git")
+            .args(["rev-parse", "--short=12", "HEAD"])
+            .current_dir(env!("CARGO_MANIFEST_DIR"))
+            .output();
+        match head {
+            Ok(out) if out.status.success() && std::env::var("KEPLER_GIT_REVISION").is_err() => {
+                let head = String::from_utf8_lossy(&out.stdout).trim().to_string();
+                assert_eq!(info.revision, head);
+                assert_ne!(info.branch, "unknown");
+            }
+            _ => eprintln!("not a git checkout; revision is {}", info.revision),
+        }
+        assert_ne!(info.rust_version, "unknown");
+    }
 
     use kepler_core::PowerDomain;
     use kepler_meters::fixtures::{HwmonTree, PowercapTree};

@@ -47,8 +47,16 @@ fn agent_serves_with_each_upstream_config_file() {
         // hack/config.yaml asks for both debug collectors; the chart and manifest for `go`.
         let has = |family: &str| samples.iter().any(|s| s.name == family);
         assert!(has("process_threads"), "{name}");
-        assert_eq!(has("process_open_fds"), name == "hack-config.yaml", "{name}");
-        assert_eq!(has("process_resident_memory_bytes"), name == "hack-config.yaml", "{name}");
+        assert_eq!(
+            has("process_open_fds"),
+            name == "hack-config.yaml",
+            "{name}"
+        );
+        assert_eq!(
+            has("process_resident_memory_bytes"),
+            name == "hack-config.yaml",
+            "{name}"
+        );
         for probe in ["/healthz", "/readyz", "/probe/livez", "/probe/readyz"] {
             let (status, _) = http_get(port, probe).unwrap();
             assert_eq!(status, 200, "{name} {probe}");
