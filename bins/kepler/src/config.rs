@@ -11,6 +11,7 @@ mod ebpf;
 mod estimator;
 mod kube;
 mod meters;
+mod print;
 #[cfg(test)]
 mod tests;
 
@@ -33,6 +34,7 @@ pub use self::meters::{
     CpuConfig, DevConfig, ExperimentalConfig, FakeMeterConfig, GpuConfig, HwmonConfig,
     PlatformConfig, RaplConfig, RedfishConfig,
 };
+pub use self::print::redact_url;
 pub use crate::logging::{LogConfig, LogFormat, LogLevel};
 
 /// A config problem a user can fix; the message names the key.
@@ -231,10 +233,25 @@ impl Config {
                 message: e.into_inner().to_string(),
             }
         })?;
+        let mut config = config;
+        config.normalize();
         Ok(Loaded {
             config,
             unknown_keys,
         })
+    }
+
+    /// Upstream's "not set" spellings that the typed sections keep as values: `""` for the
+    /// Redfish node name and file, `0` for the GPU idle power (auto-detect).
+    fn normalize(&mut self) {
+        let redfish = &mut self.experimental.platform.redfish;
+        redfish.node_name = redfish.node_name.take().filter(|n| !n.trim().is_empty());
+        redfish.config_file = redfish
+            .config_file
+            .take()
+            .filter(|p| !p.as_os_str().is_empty());
+        let gpu = &mut self.experimental.gpu;
+        gpu.idle_power = gpu.idle_power.filter(|w| *w != 0.0);
     }
 
     /// Defaults, then the file (if any), then the flags; then the checks that relate values.
@@ -330,7 +347,8 @@ impl Config {
             x.gpu.enabled = v;
         }
         if let Some(w) = o.gpu_idle_power {
-            x.gpu.idle_power = Some(w);
+            // 0 is upstream's "auto-detect", as in the file.
+            x.gpu.idle_power = (w != 0.0).then_some(w);
         }
         if let Some(url) = &o.gpu_dcgm_endpoint {
             x.gpu.dcgm_endpoint = url.clone();

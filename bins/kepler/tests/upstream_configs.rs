@@ -104,3 +104,56 @@ fn bad_flag_exits_with_status_one() {
         .unwrap();
     assert_eq!(status.code(), Some(0));
 }
+
+/// The first log line on `stream` of an agent started with `args`.
+fn first_log_line(args: &[&str], from_stderr: bool) -> String {
+    use std::io::BufRead;
+    use std::process::{Command, Stdio};
+    let mut child = Command::new(env!("CARGO_BIN_EXE_kepler"))
+        .args(args)
+        .arg("--web.listen-address=127.0.0.1:0")
+        .env_remove("RUST_LOG")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let line = if from_stderr {
+        let mut r = std::io::BufReader::new(child.stderr.take().unwrap());
+        let mut line = String::new();
+        r.read_line(&mut line).unwrap();
+        line
+    } else {
+        let mut r = std::io::BufReader::new(child.stdout.take().unwrap());
+        let mut line = String::new();
+        r.read_line(&mut line).unwrap();
+        line
+    };
+    let _ = child.kill();
+    let _ = child.wait();
+    line
+}
+
+#[test]
+fn logs_go_where_upstream_writes_them_in_slog_form() {
+    let sysfs = sysfs_dir();
+    let sysfs = sysfs.path().to_str().unwrap();
+    // JSON on stdout.
+    let line = first_log_line(&["--log.format=json", "--host.sysfs", sysfs], false);
+    let v: serde_json::Value =
+        serde_json::from_str(&line).unwrap_or_else(|e| panic!("{line}: {e}"));
+    assert_eq!(v["level"], "INFO", "{line}");
+    assert_eq!(v["msg"], "Kepler version information", "{line}");
+    assert!(v["time"].as_str().unwrap().ends_with('Z'), "{line}");
+    assert!(
+        v["source"]["file"].as_str().unwrap().ends_with("main.rs"),
+        "{line}"
+    );
+    // Text on stderr when the stdout exporter owns stdout.
+    let line = first_log_line(&["--exporter.stdout", "--host.sysfs", sysfs], true);
+    assert!(line.starts_with("time="), "{line}");
+    assert!(
+        line.contains(" level=INFO source=kepler/src/main.rs:")
+            && line.contains(" msg=\"Kepler version information\" version="),
+        "{line}"
+    );
+}
