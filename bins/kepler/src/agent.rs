@@ -9,9 +9,10 @@ use kepler_core::{
     AttributionConfig, Attributor, Catalogue, ComponentHealth, ComponentKind, Health, MicroJoules,
     StopSignal, TerminatedPolicy,
 };
+use kepler_exporters::on_demand::Wait;
 use kepler_exporters::{
     AgentState, AgentStats, EbpfCounts, ExportContext, Output, ProcessStats, PrometheusOutput,
-    Publication, Readiness, Routes, SelfCollectors, StdoutOutput,
+    Publication, Readiness, RefreshOnScrape, Routes, SelfCollectors, StdoutOutput,
 };
 use kepler_http::shutdown_signal;
 use tracing::{info, warn};
@@ -98,17 +99,30 @@ pub fn run(config: Config) -> Result<()> {
             (o, h)
         })
         .collect();
-    let interval = config.monitor.interval.0;
+    let ticker = Ticker {
+        sampler,
+        outputs,
+        ebpf_stats,
+        self_collectors,
+        ticks: 0,
+    };
+    // `monitor.interval: 0` is upstream's refresh-on-scrape mode, bounded by `staleness`.
+    let on_demand = config
+        .monitor
+        .interval
+        .0
+        .is_zero()
+        .then(|| Arc::new(RefreshOnScrape::new(config.monitor.staleness.0)));
+    let schedule = match &on_demand {
+        Some(refresh) => {
+            state.set_refresh(refresh.clone());
+            Schedule::OnScrape(refresh.clone())
+        }
+        None => Schedule::Every(config.monitor.interval.0),
+    };
     service
         .spawn("kepler-sampler", move |stop| {
-            sample_loop(
-                sampler,
-                outputs,
-                interval,
-                ebpf_stats,
-                self_collectors,
-                stop,
-            )
+            sample_loop(ticker, schedule, stop)
         })
         .context("starting the sampling thread")?;
 
@@ -137,6 +151,9 @@ pub fn run(config: Config) -> Result<()> {
             .context("serving HTTP")
     });
     // One shutdown path, whether serving ended by a signal or an error.
+    if let Some(refresh) = &on_demand {
+        refresh.stop();
+    }
     service.shutdown();
     info!("stopped");
     served
@@ -180,46 +197,75 @@ fn attribution_config(config: &Config) -> AttributionConfig {
     }
 }
 
-fn sample_loop(
-    mut sampler: Sampler,
-    mut outputs: Vec<(Box<dyn Output>, Arc<ComponentHealth>)>,
-    interval: Duration,
+/// The sampling thread's state: one tick computes, publishes and counts.
+struct Ticker {
+    sampler: Sampler,
+    outputs: Vec<(Box<dyn Output>, Arc<ComponentHealth>)>,
     ebpf_stats: Option<Arc<kepler_ebpf::EbpfStats>>,
     self_collectors: SelfCollectors,
-    stop: StopSignal,
-) {
-    let mut next = Instant::now();
-    let mut ticks = 0u64;
-    loop {
+    ticks: u64,
+}
+
+impl Ticker {
+    fn tick(&mut self) {
         let started = Instant::now();
-        match sampler.tick() {
+        match self.sampler.tick() {
             Ok(snapshot) => {
-                ticks += 1;
+                self.ticks += 1;
                 let publication = Publication {
                     snapshot: Arc::new(snapshot),
                     stats: AgentStats {
                         last_tick_duration: started.elapsed(),
-                        ticks,
-                        ebpf: ebpf_stats.as_deref().map(|s| EbpfCounts {
+                        ticks: self.ticks,
+                        ebpf: self.ebpf_stats.as_deref().map(|s| EbpfCounts {
                             dropped: s.dropped(),
                             tracked: s.tracked_processes.load(Ordering::Relaxed),
                         }),
-                        process: self_collectors.any().then(own_process).flatten(),
+                        process: self.self_collectors.any().then(own_process).flatten(),
                     },
-                    has_energy: sampler.had_energy(),
+                    has_energy: self.sampler.had_energy(),
                 };
-                publish(&mut outputs, &publication);
+                publish(&mut self.outputs, &publication);
             }
             Err(e) => warn!(error = %e, "tick failed; keeping the previous snapshot"),
         }
-        // Fixed-rate schedule; after a stall, restart from now instead of catching up.
-        next += interval;
-        let now = Instant::now();
-        if next < now {
-            next = now + interval;
+    }
+}
+
+/// When ticks happen: on a fixed interval, or when a scrape finds the snapshot stale.
+enum Schedule {
+    Every(Duration),
+    OnScrape(Arc<RefreshOnScrape>),
+}
+
+fn sample_loop(mut ticker: Ticker, schedule: Schedule, stop: StopSignal) {
+    match schedule {
+        Schedule::Every(interval) => {
+            let mut next = Instant::now();
+            loop {
+                ticker.tick();
+                // Fixed-rate schedule; after a stall, restart from now instead of catching up.
+                next += interval;
+                let now = Instant::now();
+                if next < now {
+                    next = now + interval;
+                }
+                if stop.wait(next - now) {
+                    return;
+                }
+            }
         }
-        if stop.wait(next - now) {
-            return;
+        Schedule::OnScrape(refresh) => {
+            // A baseline at start, so the first scrape's tick already has an interval.
+            ticker.tick();
+            refresh.completed(0);
+            while let Wait::Tick(generation) = refresh.wait() {
+                if stop.is_stopped() {
+                    return;
+                }
+                ticker.tick();
+                refresh.completed(generation);
+            }
         }
     }
 }

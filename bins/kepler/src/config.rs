@@ -94,9 +94,9 @@ impl Default for HostConfig {
 #[derive(Clone, Debug, Deserialize, PartialEq)]
 #[serde(default, rename_all = "camelCase")]
 pub struct MonitorConfig {
+    /// 0: tick when a scrape finds the snapshot older than `staleness` (upstream's mode).
     pub interval: GoDuration,
-    /// Accepted for compatibility: upstream refreshes on scrape when data is older than this;
-    /// kepler-rs samples on a fixed interval and never on the scrape path.
+    /// With `interval: 0`, how old a snapshot may be before a scrape asks for a new tick.
     pub staleness: GoDuration,
     /// Ended processes kept (the most energetic); -1 keeps all, 0 none.
     pub max_terminated: i64,
@@ -362,13 +362,13 @@ impl Config {
             key: key.into(),
             message,
         };
-        if self.monitor.interval.0 < Duration::from_millis(100) {
+        // 0 is upstream's refresh-on-scrape mode; anything else below 100ms would spend the
+        // agent's time measuring itself.
+        let interval = self.monitor.interval.0;
+        if !interval.is_zero() && interval < Duration::from_millis(100) {
             return Err(invalid(
                 "monitor.interval",
-                format!(
-                    "{:?} is too short; use at least 100ms",
-                    self.monitor.interval.0
-                ),
+                format!("{interval:?} is too short; use 0 (on scrape) or at least 100ms"),
             ));
         }
         if self.monitor.max_terminated < -1 {

@@ -157,3 +157,31 @@ fn logs_go_where_upstream_writes_them_in_slog_form() {
         "{line}"
     );
 }
+
+/// `monitor.interval: 0`: no tick without a scrape; each scrape of a stale snapshot gets a
+/// new tick, and scrapes within the staleness limit share one.
+#[test]
+fn zero_interval_ticks_on_scrape() {
+    let sysfs = sysfs_dir();
+    let _sim = PowercapSim::start(sysfs.path(), &[("package-0", 30.0, 1 << 40)]);
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("config.yaml");
+    std::fs::write(&file, "monitor:\n  interval: 0s\n  staleness: 2s\n").unwrap();
+    let (_agent, port) = start_agent(&[
+        "--config.file",
+        file.to_str().unwrap(),
+        "--host.sysfs",
+        sysfs.path().to_str().unwrap(),
+    ]);
+    // The readiness probe asks for the tick that readiness waits for.
+    wait_ready(port, Duration::from_secs(30));
+    let ticks = |samples: &[Sample]| one(samples, "kepler_agent_ticks_total", &[]);
+    let first = ticks(&scrape(port));
+    // Left alone well past any interval, the agent does not tick by itself.
+    std::thread::sleep(Duration::from_millis(2500));
+    let stale = ticks(&scrape(port));
+    assert_eq!(stale, first + 1.0, "a stale snapshot gets exactly one tick");
+    // Within the staleness limit, scrapes share that tick.
+    let again = ticks(&scrape(port));
+    assert_eq!(again, stale, "fresh snapshot: no new tick");
+}

@@ -37,6 +37,7 @@
 pub mod context;
 pub mod encode;
 pub mod level;
+pub mod on_demand;
 pub mod outputs;
 pub mod registry;
 pub mod routes;
@@ -46,6 +47,7 @@ pub mod state;
 pub use context::{AgentStats, BuildInfo, EbpfCounts, ExportContext};
 pub use encode::{encode, FamilyWriter, Format, MetricWriter, SampleValue};
 pub use level::{Level, LevelError, MetricsLevel};
+pub use on_demand::RefreshOnScrape;
 pub use outputs::{Output, OutputError, PrometheusOutput, Publication, StdoutOutput};
 pub use registry::{metrics_markdown, Desc, Describe, MetricType};
 pub use routes::{router, router_with, Routes};

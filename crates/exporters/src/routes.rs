@@ -4,6 +4,7 @@
 //! `kepler_http::Server` and the same web config as any other kepler-rs endpoint.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use axum::body::Body;
 use axum::extract::State;
@@ -54,7 +55,14 @@ pub fn router_with(state: Arc<AgentState>, routes: Routes) -> Router {
     router.with_state(state)
 }
 
+/// How long a scrape waits for an on-demand tick before it serves the snapshot it has.
+const REFRESH_LIMIT: Duration = Duration::from_secs(30);
+
 async fn metrics(State(state): State<Arc<AgentState>>, headers: HeaderMap) -> Response {
+    if let Some(refresh) = state.refresh() {
+        // The tick runs on the sampling thread; this only waits for it.
+        refresh.refresh(REFRESH_LIMIT).await;
+    }
     let accept = headers.get(ACCEPT).and_then(|v| v.to_str().ok());
     let format = Format::negotiate(accept);
     // Only encoding happens here: the snapshot was computed by the tick loop.
@@ -74,6 +82,13 @@ async fn healthz() -> &'static str {
 }
 
 async fn readyz(State(state): State<Arc<AgentState>>) -> Response {
+    // With ticks on demand, nothing but scrapes would ever compute the interval readiness
+    // waits for, and scrapers may wait for readiness: a probe asks for that tick itself.
+    if let Some(refresh) = state.refresh() {
+        if !state.readiness().is_ready() {
+            refresh.refresh(Duration::from_secs(5)).await;
+        }
+    }
     match state.readiness() {
         Readiness::Ready => (StatusCode::OK, "ready").into_response(),
         Readiness::NotReady { reason } => (

@@ -271,7 +271,7 @@ fn flags_override_the_file() {
 #[test]
 fn out_of_range_values_are_rejected_by_key() {
     for (yaml, key) in [
-        ("monitor:\n  interval: 0s\n", "monitor.interval"),
+        ("monitor:\n  interval: 50ms\n", "monitor.interval"),
         ("monitor:\n  maxTerminated: -2\n", "monitor.maxTerminated"),
         (
             "monitor:\n  minTerminatedEnergyThreshold: -1\n",
@@ -400,5 +400,17 @@ fn upstream_published_files_load_cleanly() {
             .filter(|k| !k.starts_with("debug.pprof"))
             .collect();
         assert!(warned.is_empty(), "{name}: {warned:?}");
+    }
+}
+
+#[test]
+fn zero_interval_is_refresh_on_scrape() {
+    for yaml in [
+        "monitor:\n  interval: 0s\n",
+        "monitor:\n  interval: 0\n",
+        "monitor:\n  interval: \"0\"\n",
+    ] {
+        let c = valid(yaml);
+        assert!(c.monitor.interval.0.is_zero(), "{yaml}");
     }
 }
