@@ -37,6 +37,17 @@ impl Default for Routes {
     }
 }
 
+/// Every path the router can serve, and whether it is served with `/metrics` turned off (for
+/// docs/compatibility.md's check).
+pub const PATHS: &[(&str, bool)] = &[
+    ("/metrics", false),
+    ("/", true),
+    ("/healthz", true),
+    ("/readyz", true),
+    ("/probe/livez", true),
+    ("/probe/readyz", true),
+];
+
 /// [`router`] with the optional routes chosen.
 pub fn router_with(state: Arc<AgentState>, routes: Routes) -> Router {
     // Upstream's chart probes /probe/livez and /probe/readyz; older manifests the short names.
