@@ -185,3 +185,50 @@ fn zero_interval_ticks_on_scrape() {
     let again = ticks(&scrape(port));
     assert_eq!(again, stale, "fresh snapshot: no new tick");
 }
+
+/// Without Kubernetes a container is named as upstream names it: from its process environment
+/// (`CONTAINER_NAME` here), read once by the usage source's classifier.
+#[test]
+fn container_name_from_the_process_environment() {
+    if !is_root() {
+        eprintln!("SKIP: needs root to place a workload in a container-like cgroup");
+        return;
+    }
+    let Some(cgroup) = TestCgroup::create(7) else {
+        eprintln!("SKIP: no writable cgroup hierarchy");
+        return;
+    };
+    // A shell loop, not stress-ng: stress-ng's workers overwrite their environment with
+    // their process titles, so it names nothing (upstream reads the same file).
+    let _load = spawn_shell(&cgroup.enter_then(
+        "env CONTAINER_NAME=kepler-e2e sh -c 'while :; do i=0; while [ $i -lt 3000 ]; do i=$((i+1)); done; sleep 0.05; done'",
+    ));
+    let sysfs = sysfs_dir();
+    let _sim = PowercapSim::start(sysfs.path(), &[("package-0", 30.0, 1 << 40)]);
+    let (_agent, port) = start_agent(&[
+        "--host.sysfs",
+        sysfs.path().to_str().unwrap(),
+        "--monitor.interval=500ms",
+    ]);
+    wait_ready(port, Duration::from_secs(30));
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        let samples = scrape(port);
+        let named = select(
+            &samples,
+            "kepler_container_cpu_seconds_total",
+            &[("container_id", cgroup.id.as_str())],
+        );
+        if let Some(s) = named.first() {
+            if s.labels.get("container_name").map(String::as_str) == Some("kepler-e2e") {
+                return;
+            }
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no container_name=kepler-e2e on {:?}",
+            named.first().map(|s| &s.labels)
+        );
+        std::thread::sleep(Duration::from_millis(300));
+    }
+}
