@@ -14,6 +14,7 @@ mod meters;
 mod print;
 #[cfg(test)]
 mod tests;
+mod workloads;
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -35,6 +36,7 @@ pub use self::meters::{
     PlatformConfig, RaplConfig, RedfishConfig,
 };
 pub use self::print::redact_url;
+pub use self::workloads::WorkloadsConfig;
 pub use crate::logging::{LogConfig, LogFormat, LogLevel};
 
 /// A config problem a user can fix; the message names the key.
@@ -73,6 +75,7 @@ pub struct Config {
     pub attribution: AttributionSection,
     pub estimator: EstimatorConfig,
     pub ebpf: EbpfConfig,
+    pub workloads: WorkloadsConfig,
 }
 
 #[derive(Clone, Debug, Deserialize, PartialEq)]

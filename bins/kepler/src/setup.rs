@@ -88,10 +88,12 @@ pub struct Usage {
 /// eBPF when `ebpf.enabled` allows it and it loads; procfs otherwise (`auto`), or an error
 /// (`true`). The classifier writes the names it reads to `catalogue`.
 pub fn usage_source(config: &Config, catalogue: Arc<Catalogue>) -> Result<Usage> {
-    let classifier = Arc::new(
-        kepler_workloads::CgroupClassifier::with_catalogue(catalogue)
-            .with_procfs(config.host.procfs.clone()),
-    );
+    let mut classifier = kepler_workloads::CgroupClassifier::with_catalogue(catalogue)
+        .with_procfs(config.host.procfs.clone());
+    if !config.workloads.pod_ids(config.kube.enabled) {
+        classifier = classifier.without_pod_ids();
+    }
+    let classifier = Arc::new(classifier);
     if config.ebpf.enabled != EbpfMode::Off {
         match kepler_ebpf::EbpfSource::new(
             config.host.procfs.clone(),

@@ -104,7 +104,7 @@ const KEYS: &[(&str, &str, Status, &str)] = &[
         "kube.enabled",
         "true",
         Warned,
-        "pod ids come from cgroup paths; pod names not yet",
+        "pod ids from cgroup paths; pod names not yet. Off: no pods, as upstream",
     ),
     (
         "kube.config",

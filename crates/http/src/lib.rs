@@ -35,6 +35,7 @@ mod listen;
 mod server;
 mod signal;
 mod tls;
+mod tls_choice;
 pub mod web_config;
 
 pub use error::HttpError;

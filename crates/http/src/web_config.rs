@@ -3,8 +3,9 @@
 //! keep working.
 //!
 //! Fields are checked strictly, as exporter-toolkit does: an unknown field is an error, and so is
-//! a known toolkit field we cannot honour with rustls (silently ignoring, say,
-//! `client_allowed_sans` would accept clients the operator meant to reject).
+//! a known toolkit field or value we cannot honour with rustls (silently ignoring, say,
+//! `client_allowed_sans` would accept clients the operator meant to reject). `cipher_suites` and
+//! `curve_preferences` are honoured for the suites and groups rustls has.
 //!
 //! Turning the checked TLS section into a rustls configuration is
 //! [`WebConfig::rustls_config`], in the `tls` module.
@@ -13,6 +14,8 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use axum::http::{HeaderName, HeaderValue};
+
+use crate::tls_choice::{curves, tls12_suites, Curve};
 use serde::Deserialize;
 
 /// A rejected web config. Every variant names the file and, where it applies, the field.
@@ -95,6 +98,10 @@ pub struct TlsConfig {
     pub max_version: Option<TlsVersion>,
     pub client_auth: ClientAuth,
     pub client_ca: Option<Pem>,
+    /// `cipher_suites`: the TLS 1.2 suites offered (IANA names), in order; `None`: rustls'.
+    pub cipher_suites: Option<Vec<&'static str>>,
+    /// `curve_preferences`: the key exchange groups offered, in order; `None`: rustls'.
+    pub curves: Option<Vec<Curve>>,
 }
 
 /// A bcrypt hash from `basic_auth_users`, checked when the config was parsed.
@@ -171,8 +178,8 @@ struct RawTls {
     client_ca: Option<String>,
     min_version: Option<String>,
     max_version: Option<String>,
-    cipher_suites: Option<serde_yaml::Value>,
-    curve_preferences: Option<serde_yaml::Value>,
+    cipher_suites: Option<Vec<String>>,
+    curve_preferences: Option<Vec<String>>,
     prefer_server_cipher_suites: Option<bool>,
     client_allowed_sans: Option<serde_yaml::Value>,
 }
@@ -295,18 +302,19 @@ impl WebConfig {
                 format!("not supported: {why}; remove the field"),
             )
         };
-        if raw.cipher_suites.is_some() {
-            return Err(unsupported(
-                "cipher_suites",
-                "rustls negotiates only its own set of modern cipher suites",
-            ));
-        }
-        if raw.curve_preferences.is_some() {
-            return Err(unsupported(
-                "curve_preferences",
-                "rustls negotiates only its own set of modern key exchange groups",
-            ));
-        }
+        let cipher_suites = match &raw.cipher_suites {
+            None => None,
+            Some(names) => Some(
+                tls12_suites(names).map_err(|m| field_err("tls_server_config.cipher_suites", m))?,
+            ),
+        };
+        let curves = match &raw.curve_preferences {
+            None => None,
+            Some(names) if names.is_empty() => None,
+            Some(names) => Some(
+                curves(names).map_err(|m| field_err("tls_server_config.curve_preferences", m))?,
+            ),
+        };
         if raw.client_allowed_sans.is_some() {
             return Err(unsupported(
                 "client_allowed_sans",
@@ -438,6 +446,8 @@ impl WebConfig {
             max_version,
             client_auth,
             client_ca,
+            cipher_suites,
+            curves,
         }))
     }
 }
@@ -558,7 +568,7 @@ pub(crate) mod tests {
         );
         assert_eq!(
             field_of(
-                parse("tls_server_config:\n  cert_file: a\n  key_file: b\n  cipher_suites: [x]\n")
+                parse("tls_server_config:\n  cert_file: a\n  key_file: b\n  cipher_suites: [TLS_RSA_WITH_RC4_128_SHA]\n")
                     .unwrap_err()
             ),
             "tls_server_config.cipher_suites"

@@ -30,6 +30,8 @@ pub struct CgroupClassifier {
     catalogue: Arc<Catalogue>,
     /// Where to read a container process's environment for its name; none: no names.
     procfs: Option<PathBuf>,
+    /// Containers get no pod id (upstream without Kubernetes has no pods).
+    no_pod_ids: bool,
 }
 
 #[derive(Default)]
@@ -50,7 +52,15 @@ impl CgroupClassifier {
             tables: Mutex::default(),
             catalogue,
             procfs: None,
+            no_pod_ids: false,
         }
+    }
+
+    /// Leaves the pod id that a cgroup path tells off every container, as upstream does
+    /// without Kubernetes: no pod series, an empty `pod_id` on container series.
+    pub fn without_pod_ids(mut self) -> Self {
+        self.no_pod_ids = true;
+        self
     }
 
     /// Also names containers as upstream does without Kubernetes: from the environment of a
@@ -123,7 +133,7 @@ impl Classifier for CgroupClassifier {
             let ids = ContainerId {
                 id: id.clone(),
                 runtime,
-                pod_id: pod_uid,
+                pod_id: pod_uid.filter(|_| !self.no_pod_ids),
             };
             let (container, swept) = tables.containers.intern(
                 &id,

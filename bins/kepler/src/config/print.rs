@@ -116,7 +116,8 @@ impl Config {
             y,
             "attribution:\n  idlePolicy: {}\n\
              ebpf:\n  enabled: {ebpf}\n  exportFeatures: {}\n  maxProcesses: {}\n\
-             estimator:\n  model: {:?}\n  modelServerURL: {}\n  family: {}\n  outputType: {}\n",
+             estimator:\n  model: {:?}\n  modelServerURL: {}\n  family: {}\n  outputType: {}\n\
+             workloads:\n  podIdsFromCgroups: {}\n",
             c.attribution.idle_policy,
             c.ebpf.export_features,
             c.ebpf.max_processes,
@@ -124,6 +125,7 @@ impl Config {
             text(&e.model_server_url),
             e.family,
             e.output_type,
+            c.workloads.pod_ids_from_cgroups,
         );
         y
     }

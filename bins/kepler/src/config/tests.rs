@@ -414,3 +414,14 @@ fn zero_interval_is_refresh_on_scrape() {
         assert!(c.monitor.interval.0.is_zero(), "{yaml}");
     }
 }
+
+#[test]
+fn pods_need_kubernetes_or_our_key() {
+    assert!(
+        !Config::default().workloads.pod_ids(false),
+        "upstream: no pods without kube"
+    );
+    assert!(Config::default().workloads.pod_ids(true));
+    let c = valid("workloads:\n  podIdsFromCgroups: true\n");
+    assert!(c.workloads.pod_ids(false));
+}

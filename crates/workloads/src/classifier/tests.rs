@@ -200,3 +200,14 @@ fn container_names_come_from_the_environment_then_the_command_line() {
     c.classify_process(10, &info("/user.slice/session-1.scope", &["bash"]));
     assert_eq!(quiet.generation(), 0);
 }
+
+#[test]
+fn without_pod_ids_containers_have_no_pod() {
+    let c = CgroupClassifier::new().without_pod_ids();
+    let container = c
+        .classify(&info(&pod_path(ID_A), &["nginx"]))
+        .container
+        .unwrap();
+    assert_eq!(container.id, ID_A);
+    assert_eq!(container.pod_id, None);
+}
