@@ -29,6 +29,7 @@
 // No unwrap or expect outside tests; set per crate root, see [workspace.lints] in Cargo.toml.
 #![warn(clippy::unwrap_used, clippy::expect_used)]
 
+mod allowed_sans;
 mod auth;
 mod error;
 mod listen;

@@ -6,6 +6,7 @@ use std::sync::Arc;
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 
+use crate::allowed_sans::AllowedSans;
 use crate::tls_choice::Curve;
 use crate::web_config::{ClientAuth, TlsVersion, WebConfig, WebConfigError};
 
@@ -83,7 +84,13 @@ impl WebConfig {
                 let verifier = verifier
                     .build()
                     .map_err(|e| field_err("tls_server_config.client_ca_file", e.to_string()))?;
-                builder.with_client_cert_verifier(verifier)
+                match &tls.client_allowed_sans {
+                    Some(allowed) => builder.with_client_cert_verifier(Arc::new(AllowedSans {
+                        inner: verifier,
+                        allowed: allowed.clone(),
+                    })),
+                    None => builder.with_client_cert_verifier(verifier),
+                }
             }
         };
         let mut config = builder.with_single_cert(certs, key).map_err(|e| {

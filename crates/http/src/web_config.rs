@@ -15,6 +15,9 @@ use std::path::{Path, PathBuf};
 
 use axum::http::{HeaderName, HeaderValue};
 
+use rustls::pki_types::ServerName;
+
+use crate::allowed_sans::parse_sans;
 use crate::tls_choice::{curves, tls12_suites, Curve};
 use serde::Deserialize;
 
@@ -102,6 +105,8 @@ pub struct TlsConfig {
     pub cipher_suites: Option<Vec<&'static str>>,
     /// `curve_preferences`: the key exchange groups offered, in order; `None`: rustls'.
     pub curves: Option<Vec<Curve>>,
+    /// `client_allowed_sans`: a verified client certificate must name one of these.
+    pub client_allowed_sans: Option<Vec<ServerName<'static>>>,
 }
 
 /// A bcrypt hash from `basic_auth_users`, checked when the config was parsed.
@@ -181,7 +186,7 @@ struct RawTls {
     cipher_suites: Option<Vec<String>>,
     curve_preferences: Option<Vec<String>>,
     prefer_server_cipher_suites: Option<bool>,
-    client_allowed_sans: Option<serde_yaml::Value>,
+    client_allowed_sans: Option<Vec<String>>,
 }
 
 #[derive(Deserialize)]
@@ -296,12 +301,6 @@ impl WebConfig {
         base: &Path,
         field_err: &dyn Fn(&str, String) -> WebConfigError,
     ) -> Result<Option<TlsConfig>, WebConfigError> {
-        let unsupported = |field: &str, why: &str| {
-            field_err(
-                &format!("tls_server_config.{field}"),
-                format!("not supported: {why}; remove the field"),
-            )
-        };
         let cipher_suites = match &raw.cipher_suites {
             None => None,
             Some(names) => Some(
@@ -315,12 +314,14 @@ impl WebConfig {
                 curves(names).map_err(|m| field_err("tls_server_config.curve_preferences", m))?,
             ),
         };
-        if raw.client_allowed_sans.is_some() {
-            return Err(unsupported(
-                "client_allowed_sans",
-                "client certificates are verified against client_ca_file only",
-            ));
-        }
+        let client_allowed_sans = match &raw.client_allowed_sans {
+            None => None,
+            Some(names) if names.is_empty() => None,
+            Some(names) => Some(
+                parse_sans(names)
+                    .map_err(|m| field_err("tls_server_config.client_allowed_sans", m))?,
+            ),
+        };
         // Server order is a hint with rustls' small, uniformly strong suite list.
         let _ = raw.prefer_server_cipher_suites;
 
@@ -431,6 +432,12 @@ impl WebConfig {
                     "set, but client_auth_type does not verify client certificates".to_string(),
                 ))
             }
+            (ClientAuth::None, None) if client_allowed_sans.is_some() => {
+                return Err(field_err(
+                    "tls_server_config.client_allowed_sans",
+                    "set, but client_auth_type does not verify client certificates".to_string(),
+                ))
+            }
             (ClientAuth::VerifyIfGiven | ClientAuth::RequireAndVerify, None) => {
                 return Err(field_err(
                     "tls_server_config.client_ca_file",
@@ -448,6 +455,7 @@ impl WebConfig {
             client_ca,
             cipher_suites,
             curves,
+            client_allowed_sans,
         }))
     }
 }
@@ -579,6 +587,20 @@ pub(crate) mod tests {
                     .unwrap_err()
             ),
             "tls_server_config.client_ca_file"
+        );
+        assert_eq!(
+            field_of(
+                parse("tls_server_config:\n  cert_file: a\n  key_file: b\n  client_allowed_sans: [scraper]\n")
+                    .unwrap_err()
+            ),
+            "tls_server_config.client_allowed_sans"
+        );
+        assert_eq!(
+            field_of(
+                parse("tls_server_config:\n  cert_file: a\n  key_file: b\n  curve_preferences: [CurveP521]\n")
+                    .unwrap_err()
+            ),
+            "tls_server_config.curve_preferences"
         );
         let unknown = parse("tls_server_config:\n  cert_fil: a\n").unwrap_err();
         assert!(
