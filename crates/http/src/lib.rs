@@ -33,6 +33,7 @@ mod allowed_sans;
 mod auth;
 mod error;
 mod listen;
+mod rate_limit;
 mod server;
 mod signal;
 mod tls;

@@ -18,6 +18,7 @@ use axum::http::{HeaderName, HeaderValue};
 use rustls::pki_types::ServerName;
 
 use crate::allowed_sans::parse_sans;
+pub use crate::rate_limit::RateLimit;
 use crate::tls_choice::{curves, tls12_suites, Curve};
 use serde::Deserialize;
 
@@ -160,6 +161,8 @@ pub struct WebConfig {
     /// `http_server_config.http2: false`: serve HTTP/1 only. By default a client that opens
     /// with the HTTP/2 preface (prior knowledge) is served HTTP/2.
     pub http1_only: bool,
+    /// `rate_limit` with a positive burst.
+    pub rate_limit: Option<RateLimit>,
 }
 
 #[derive(Deserialize)]
@@ -168,7 +171,14 @@ struct RawWebConfig {
     tls_server_config: Option<RawTls>,
     http_server_config: Option<RawHttp>,
     basic_auth_users: Option<BTreeMap<String, String>>,
-    rate_limit: Option<serde_yaml::Value>,
+    rate_limit: Option<RawRateLimit>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawRateLimit {
+    interval: Option<String>,
+    burst: Option<u32>,
 }
 
 #[derive(Deserialize)]
@@ -233,8 +243,8 @@ impl WebConfig {
             file: file.to_string(),
             message: e.to_string(),
         })?;
-        if raw.rate_limit.is_some() {
-            return Err(field_err("rate_limit", "not supported".to_string()));
+        if let Some(limit) = raw.rate_limit {
+            config.rate_limit = Self::rate_limit(limit, &field_err)?;
         }
 
         if let Some(tls) = raw.tls_server_config {
@@ -294,6 +304,29 @@ impl WebConfig {
             }
         }
         Ok(config)
+    }
+
+    /// As the toolkit: limiting is on only with a positive `burst`, and then needs a positive
+    /// `interval`.
+    fn rate_limit(
+        raw: RawRateLimit,
+        field_err: &dyn Fn(&str, String) -> WebConfigError,
+    ) -> Result<Option<RateLimit>, WebConfigError> {
+        let burst = raw.burst.unwrap_or(0);
+        if burst == 0 {
+            return Ok(None);
+        }
+        let text = non_empty(raw.interval).unwrap_or_default();
+        let interval = humantime::parse_duration(text.trim())
+            .ok()
+            .filter(|d| !d.is_zero())
+            .ok_or_else(|| {
+                field_err(
+                    "rate_limit.interval",
+                    format!("{text:?} is not a positive duration (like 1s or 100ms)"),
+                )
+            })?;
+        Ok(Some(RateLimit { interval, burst }))
     }
 
     fn tls(
@@ -601,6 +634,22 @@ pub(crate) mod tests {
                     .unwrap_err()
             ),
             "tls_server_config.curve_preferences"
+        );
+        assert_eq!(
+            field_of(parse("rate_limit:\n  burst: 5\n").unwrap_err()),
+            "rate_limit.interval"
+        );
+        let limited = parse("rate_limit:\n  interval: 100ms\n  burst: 5\n").unwrap();
+        assert_eq!(
+            limited.rate_limit,
+            Some(RateLimit {
+                interval: std::time::Duration::from_millis(100),
+                burst: 5
+            })
+        );
+        assert_eq!(
+            parse("rate_limit:\n  interval: 1s\n").unwrap().rate_limit,
+            None
         );
         let unknown = parse("tls_server_config:\n  cert_fil: a\n").unwrap_err();
         assert!(
