@@ -207,6 +207,43 @@ pub enum Command {
     Probe,
 }
 
+/// `args` with the subcommand moved to the end. clap replaces a global repeatable flag given
+/// before the subcommand by the same flag given after it; with every flag before the
+/// subcommand, repeated flags add up wherever they were written. A token is the subcommand
+/// when it is a subcommand name and not the value of a flag written as `--flag value`.
+fn subcommand_last(mut args: Vec<std::ffi::OsString>) -> Vec<std::ffi::OsString> {
+    use clap::CommandFactory;
+    let command = Cli::command();
+    let subcommands: Vec<String> = command
+        .get_subcommands()
+        .map(|c| c.get_name().to_string())
+        .collect();
+    let takes_next = |flag: &str| {
+        let Some(long) = flag.strip_prefix("--").filter(|f| !f.contains('=')) else {
+            return false;
+        };
+        command.get_arguments().any(|a| {
+            a.get_long() == Some(long)
+                && a.get_action().takes_values()
+                && !a.is_require_equals_set()
+        })
+    };
+    let mut i = 1;
+    while i < args.len() {
+        let text = args[i].to_string_lossy().into_owned();
+        if text == "--" {
+            break;
+        }
+        if subcommands.contains(&text) {
+            let sub = args.remove(i);
+            args.push(sub);
+            break;
+        }
+        i += if takes_next(&text) { 2 } else { 1 };
+    }
+    args
+}
+
 /// A kingpin boolean: `--no-flag` (the later of the two, clap keeps only that) is `false`.
 fn negatable(value: Option<bool>, negated: bool) -> Option<bool> {
     if negated {
@@ -222,6 +259,16 @@ fn non_empty<T: Clone>(value: &Option<T>, text: impl Fn(&T) -> bool) -> Option<O
 }
 
 impl Cli {
+    /// Parses `args` (the program name first) as kingpin would: flags anywhere around the
+    /// subcommand, repeatable flags adding up across it.
+    pub fn parse_args<I, T>(args: I) -> Result<Cli, clap::Error>
+    where
+        I: IntoIterator<Item = T>,
+        T: Into<std::ffi::OsString>,
+    {
+        Cli::try_parse_from(subcommand_last(args.into_iter().map(Into::into).collect()))
+    }
+
     pub fn overrides(&self) -> Overrides {
         Overrides {
             log_level: self.log_level,
@@ -268,7 +315,7 @@ mod tests {
     use crate::config::Config;
 
     fn cli(args: &[&str]) -> Result<Cli, clap::Error> {
-        Cli::try_parse_from(std::iter::once("kepler").chain(args.iter().copied()))
+        Cli::parse_args(std::iter::once("kepler").chain(args.iter().copied()))
     }
 
     fn levels(list: &[Level]) -> MetricsLevel {
@@ -398,8 +445,20 @@ mod tests {
                 );
             }
         }
-        // Cumulative flags add up as with kingpin (on one side of the subcommand: clap's global
-        // arguments given after it replace those given before).
+        // Cumulative flags add up as with kingpin, on both sides of the subcommand; a flag's
+        // value that happens to be `probe` stays its value.
+        let c = loaded(&[
+            "--experimental.hwmon.zones",
+            "power1",
+            "probe",
+            "--experimental.hwmon.zones=power2",
+        ]);
+        assert_eq!(c.experimental.hwmon.zones, ["power1", "power2"]);
+        let parsed = cli(&["--kube.node-name", "probe", "--metrics", "node", "probe"]).unwrap();
+        assert_eq!(parsed.kube_node_name.as_deref(), Some("probe"));
+        assert!(matches!(parsed.command, Some(Command::Probe)));
+        let parsed = cli(&["--kube.node-name", "probe"]).unwrap();
+        assert!(parsed.command.is_none());
         let c = loaded(&[
             "--experimental.hwmon.zones",
             "power1",

@@ -2,7 +2,6 @@
 #![warn(clippy::unwrap_used, clippy::expect_used)]
 
 use anyhow::Result;
-use clap::Parser;
 use kepler_agent::cli::{Cli, Command};
 use kepler_agent::config::Config;
 use kepler_agent::logging::{LogFormat, Stream};
@@ -10,7 +9,7 @@ use kepler_agent::logging::{LogFormat, Stream};
 fn main() -> Result<()> {
     // kingpin, which upstream uses, exits with status 1 on a bad flag (clap would use 2);
     // scripts and probes written for upstream check for that.
-    let cli = match Cli::try_parse() {
+    let cli = match Cli::parse_args(std::env::args_os()) {
         Ok(cli) => cli,
         Err(e) => {
             let code = if e.use_stderr() { 1 } else { 0 };

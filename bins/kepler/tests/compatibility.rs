@@ -6,7 +6,6 @@
 
 use std::path::{Path, PathBuf};
 
-use clap::Parser;
 use kepler_agent::cli::Cli;
 use kepler_agent::config::Config;
 
@@ -397,11 +396,11 @@ fn every_upstream_flag_parses() {
             Some(v) => vec![format!("{flag}={v}")],
             None => vec![flag.to_string()],
         };
-        Cli::try_parse_from(std::iter::once("kepler".to_string()).chain(args))
+        Cli::parse_args(std::iter::once("kepler".to_string()).chain(args))
             .unwrap_or_else(|e| panic!("{flag}: {e}"));
         if value.is_none() {
             let negated = format!("--no-{}", &flag[2..]);
-            Cli::try_parse_from(["kepler", negated.as_str()])
+            Cli::parse_args(["kepler", negated.as_str()])
                 .unwrap_or_else(|e| panic!("{negated}: {e}"));
         }
     }
