@@ -9,15 +9,16 @@ use kepler_core::{
     AttributionConfig, Attributor, Background, Catalogue, ComponentHealth, ComponentKind, Health,
     MicroJoules, StopSignal, TerminatedPolicy,
 };
+use kepler_exporters::on_demand::Wait;
 use kepler_exporters::{
-    AgentState, AgentStats, EbpfCounts, ExportContext, Output, PrometheusOutput, Publication,
-    Readiness, StdoutOutput,
+    AgentState, AgentStats, EbpfCounts, ExportContext, Output, ProcessStats, PrometheusOutput,
+    Publication, Readiness, RefreshOnScrape, Routes, SelfCollectors, StdoutOutput,
 };
 use kepler_http::shutdown_signal;
 use kepler_sources::HostFacts;
 use tracing::{info, warn};
 
-use crate::config::Config;
+use crate::config::{Config, DebugCollector};
 use crate::sampler::Sampler;
 use crate::service::Service;
 use crate::setup;
@@ -44,6 +45,8 @@ pub fn run(config: Config) -> Result<()> {
         }
     };
     context.health = health.clone();
+    context.self_collectors = self_collectors(&config);
+    let self_collectors = context.self_collectors;
     let state = Arc::new(AgentState::new(context));
     let mut service = Service::new();
 
@@ -91,9 +94,8 @@ pub fn run(config: Config) -> Result<()> {
     start_background(&mut service, &background, &health)?;
 
     let mut outputs: Vec<Box<dyn Output>> = Vec::new();
-    if config.exporter.prometheus.enabled {
-        outputs.push(Box::new(PrometheusOutput::new(state.clone())));
-    }
+    // The state also backs /readyz, which stays served when the Prometheus exporter is off.
+    outputs.push(Box::new(PrometheusOutput::new(state.clone())));
     if config.exporter.stdout.enabled {
         outputs.push(Box::new(StdoutOutput));
     }
@@ -104,10 +106,30 @@ pub fn run(config: Config) -> Result<()> {
             (o, h)
         })
         .collect();
-    let interval = config.monitor.interval.0;
+    let ticker = Ticker {
+        sampler,
+        outputs,
+        ebpf_stats,
+        self_collectors,
+        ticks: 0,
+    };
+    // `monitor.interval: 0` is upstream's refresh-on-scrape mode, bounded by `staleness`.
+    let on_demand = config
+        .monitor
+        .interval
+        .0
+        .is_zero()
+        .then(|| Arc::new(RefreshOnScrape::new(config.monitor.staleness.0)));
+    let schedule = match &on_demand {
+        Some(refresh) => {
+            state.set_refresh(refresh.clone());
+            Schedule::OnScrape(refresh.clone())
+        }
+        None => Schedule::Every(config.monitor.interval.0),
+    };
     service
         .spawn("kepler-sampler", move |stop| {
-            sample_loop(sampler, outputs, interval, ebpf_stats, stop)
+            sample_loop(ticker, schedule, stop)
         })
         .context("starting the sampling thread")?;
 
@@ -119,19 +141,26 @@ pub fn run(config: Config) -> Result<()> {
             ),
             None => None,
         };
-        if !config.exporter.prometheus.enabled {
-            shutdown_signal().await;
-            return Ok(());
-        }
         let server = kepler_http::Server::bind(&config.web.listen_addresses, web)
             .await
             .context("web.listenAddresses")?;
         server
-            .serve(kepler_exporters::router(state.clone()), shutdown_signal())
+            .serve(
+                kepler_exporters::router_with(
+                    state.clone(),
+                    Routes {
+                        metrics: config.exporter.prometheus.enabled,
+                    },
+                ),
+                shutdown_signal(),
+            )
             .await
-            .context("serving metrics")
+            .context("serving HTTP")
     });
     // One shutdown path, whether serving ended by a signal or an error.
+    if let Some(refresh) = &on_demand {
+        refresh.stop();
+    }
     service.shutdown();
     info!("stopped");
     served
@@ -148,6 +177,27 @@ fn start_background(service: &mut Service, background: &Background, health: &Hea
             .with_context(|| format!("starting thread {thread}"))?;
     }
     Ok(())
+}
+
+/// Upstream's `debugCollectors` as the encoder's switches.
+fn self_collectors(config: &Config) -> SelfCollectors {
+    let on = |c| config.exporter.prometheus.debug_collectors.contains(&c);
+    SelfCollectors {
+        process: on(DebugCollector::Process),
+        runtime: on(DebugCollector::Go),
+    }
+}
+
+/// The agent's own process, read once per tick. Always the agent's own `/proc`, not
+/// `host.procfs`: in a container that is the host's, where `self` may not be this process.
+fn own_process() -> Option<ProcessStats> {
+    match ProcessStats::read_self(std::path::Path::new("/proc")) {
+        Ok(stats) => Some(stats),
+        Err(e) => {
+            tracing::debug!(error = %e, "reading /proc/self; process_* metrics skipped this tick");
+            None
+        }
+    }
 }
 
 fn attribution_config(config: &Config) -> AttributionConfig {
@@ -167,44 +217,75 @@ fn attribution_config(config: &Config) -> AttributionConfig {
     }
 }
 
-fn sample_loop(
-    mut sampler: Sampler,
-    mut outputs: Vec<(Box<dyn Output>, Arc<ComponentHealth>)>,
-    interval: Duration,
+/// The sampling thread's state: one tick computes, publishes and counts.
+struct Ticker {
+    sampler: Sampler,
+    outputs: Vec<(Box<dyn Output>, Arc<ComponentHealth>)>,
     ebpf_stats: Option<Arc<kepler_ebpf::EbpfStats>>,
-    stop: StopSignal,
-) {
-    let mut next = Instant::now();
-    let mut ticks = 0u64;
-    loop {
+    self_collectors: SelfCollectors,
+    ticks: u64,
+}
+
+impl Ticker {
+    fn tick(&mut self) {
         let started = Instant::now();
-        match sampler.tick() {
+        match self.sampler.tick() {
             Ok(snapshot) => {
-                ticks += 1;
+                self.ticks += 1;
                 let publication = Publication {
                     snapshot: Arc::new(snapshot),
                     stats: AgentStats {
                         last_tick_duration: started.elapsed(),
-                        ticks,
-                        ebpf: ebpf_stats.as_deref().map(|s| EbpfCounts {
+                        ticks: self.ticks,
+                        ebpf: self.ebpf_stats.as_deref().map(|s| EbpfCounts {
                             dropped: s.dropped(),
                             tracked: s.tracked_processes.load(Ordering::Relaxed),
                         }),
+                        process: self.self_collectors.any().then(own_process).flatten(),
                     },
-                    has_energy: sampler.had_energy(),
+                    has_energy: self.sampler.had_energy(),
                 };
-                publish(&mut outputs, &publication);
+                publish(&mut self.outputs, &publication);
             }
             Err(e) => warn!(error = %e, "tick failed; keeping the previous snapshot"),
         }
-        // Fixed-rate schedule; after a stall, restart from now instead of catching up.
-        next += interval;
-        let now = Instant::now();
-        if next < now {
-            next = now + interval;
+    }
+}
+
+/// When ticks happen: on a fixed interval, or when a scrape finds the snapshot stale.
+enum Schedule {
+    Every(Duration),
+    OnScrape(Arc<RefreshOnScrape>),
+}
+
+fn sample_loop(mut ticker: Ticker, schedule: Schedule, stop: StopSignal) {
+    match schedule {
+        Schedule::Every(interval) => {
+            let mut next = Instant::now();
+            loop {
+                ticker.tick();
+                // Fixed-rate schedule; after a stall, restart from now instead of catching up.
+                next += interval;
+                let now = Instant::now();
+                if next < now {
+                    next = now + interval;
+                }
+                if stop.wait(next - now) {
+                    return;
+                }
+            }
         }
-        if stop.wait(next - now) {
-            return;
+        Schedule::OnScrape(refresh) => {
+            // A baseline at start, so the first scrape's tick already has an interval.
+            ticker.tick();
+            refresh.completed(0);
+            while let Wait::Tick(generation) = refresh.wait() {
+                if stop.is_stopped() {
+                    return;
+                }
+                ticker.tick();
+                refresh.completed(generation);
+            }
         }
     }
 }

@@ -5,14 +5,17 @@
 
 mod attribution;
 pub(crate) mod choice;
+mod compat;
 mod duration;
 mod ebpf;
 mod estimator;
 mod gpu;
 mod kube;
 mod meters;
+mod print;
 #[cfg(test)]
 mod tests;
+mod workloads;
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -24,6 +27,7 @@ use serde::Deserialize;
 pub use self::attribution::{AttributionSection, IdlePolicyName};
 pub(crate) use self::choice::closed_choice;
 pub use self::choice::ChoiceError;
+pub use self::compat::{DebugCollector, DebugConfig};
 pub use self::duration::{parse_duration, GoDuration};
 pub use self::ebpf::{EbpfConfig, EbpfMode};
 pub use self::estimator::{EstimatorConfig, EstimatorFamily, EstimatorOutput};
@@ -33,6 +37,8 @@ pub use self::meters::{
     CpuConfig, DevConfig, ExperimentalConfig, FakeMeterConfig, HwmonConfig, IpmiConfig,
     PlatformConfig, RaplConfig, RedfishConfig,
 };
+pub use self::print::redact_url;
+pub use self::workloads::WorkloadsConfig;
 pub use crate::logging::{LogConfig, LogFormat, LogLevel};
 
 /// A config problem a user can fix; the message names the key.
@@ -64,6 +70,7 @@ pub struct Config {
     pub rapl: RaplConfig,
     pub exporter: ExporterConfig,
     pub web: WebConfig,
+    pub debug: DebugConfig,
     pub kube: KubeConfig,
     pub experimental: ExperimentalConfig,
     pub dev: DevConfig,
@@ -73,6 +80,7 @@ pub struct Config {
     /// RAPL over MSR, the `msr` meter's own section.
     pub msr: kepler_meters::MsrConfig,
     pub ipmi: IpmiConfig,
+    pub workloads: WorkloadsConfig,
 }
 
 #[derive(Clone, Debug, Deserialize, PartialEq)]
@@ -94,9 +102,9 @@ impl Default for HostConfig {
 #[derive(Clone, Debug, Deserialize, PartialEq)]
 #[serde(default, rename_all = "camelCase")]
 pub struct MonitorConfig {
+    /// 0: tick when a scrape finds the snapshot older than `staleness` (upstream's mode).
     pub interval: GoDuration,
-    /// Accepted for compatibility: upstream refreshes on scrape when data is older than this;
-    /// kepler-rs samples on a fixed interval and never on the scrape path.
+    /// With `interval: 0`, how old a snapshot may be before a scrape asks for a new tick.
     pub staleness: GoDuration,
     /// Ended processes kept (the most energetic); -1 keeps all, 0 none.
     pub max_terminated: i64,
@@ -135,7 +143,9 @@ pub struct Enabled {
 #[serde(default, rename_all = "camelCase")]
 pub struct PrometheusConfig {
     pub enabled: bool,
-    /// A list, or one comma-separated string; `all` for every level; any case.
+    /// The agent's own `process_*` metrics (upstream's Go and process collectors).
+    pub debug_collectors: Vec<DebugCollector>,
+    /// A list, or one comma-separated string; `all` (or empty) for every level; any case.
     pub metrics_level: MetricsLevel,
 }
 
@@ -143,6 +153,7 @@ impl Default for PrometheusConfig {
     fn default() -> Self {
         PrometheusConfig {
             enabled: true,
+            debug_collectors: vec![DebugCollector::Go],
             metrics_level: MetricsLevel::ALL,
         }
     }
@@ -151,6 +162,8 @@ impl Default for PrometheusConfig {
 #[derive(Clone, Debug, Deserialize, PartialEq)]
 #[serde(default, rename_all = "camelCase")]
 pub struct WebConfig {
+    /// `""` (upstream's default in its files) means no web config.
+    #[serde(deserialize_with = "compat::empty_as_none")]
     pub config_file: Option<PathBuf>,
     pub listen_addresses: Vec<String>,
 }
@@ -166,19 +179,33 @@ impl Default for WebConfig {
 
 /// Values given on the command line, already parsed; `None` leaves the file's (or default)
 /// value.
+/// `Option<Option<_>>` fields: `Some(None)` is a flag given as `""`, which clears the file's value.
 #[derive(Clone, Debug, Default)]
 pub struct Overrides {
     pub log_level: Option<LogLevel>,
+    pub log_format: Option<LogFormat>,
     pub sysfs: Option<PathBuf>,
     pub procfs: Option<PathBuf>,
     pub interval: Option<GoDuration>,
+    pub max_terminated: Option<i64>,
+    pub pprof: Option<bool>,
     pub listen_addresses: Vec<String>,
-    pub web_config_file: Option<PathBuf>,
+    pub web_config_file: Option<Option<PathBuf>>,
     pub kube_enable: Option<bool>,
-    pub kube_config: Option<PathBuf>,
+    pub kube_config: Option<Option<PathBuf>>,
     pub kube_node_name: Option<String>,
     pub metrics: Option<MetricsLevel>,
     pub exporter_stdout: Option<bool>,
+    pub exporter_prometheus: Option<bool>,
+    pub redfish_enabled: Option<bool>,
+    pub redfish_node_name: Option<String>,
+    pub redfish_config_file: Option<PathBuf>,
+    pub hwmon_force_enabled: Option<bool>,
+    pub hwmon_enabled: Option<bool>,
+    pub hwmon_zones: Vec<String>,
+    pub gpu_enabled: Option<bool>,
+    pub gpu_idle_power: Option<f64>,
+    pub gpu_dcgm_endpoint: Option<Option<String>>,
 }
 
 /// A loaded configuration and the unknown keys that were ignored (to warn about once logging
@@ -214,10 +241,25 @@ impl Config {
                 message: e.into_inner().to_string(),
             }
         })?;
+        let mut config = config;
+        config.normalize();
         Ok(Loaded {
             config,
             unknown_keys,
         })
+    }
+
+    /// Upstream's "not set" spellings that the typed sections keep as values: `""` for the
+    /// Redfish node name and file, `0` for the GPU idle power (auto-detect).
+    fn normalize(&mut self) {
+        let redfish = &mut self.experimental.platform.redfish;
+        redfish.node_name = redfish.node_name.take().filter(|n| !n.trim().is_empty());
+        redfish.config_file = redfish
+            .config_file
+            .take()
+            .filter(|p| !p.as_os_str().is_empty());
+        let gpu = &mut self.experimental.gpu;
+        gpu.idle_power = gpu.idle_power.filter(|w| *w != 0.0);
     }
 
     /// Defaults, then the file (if any), then the flags; then the checks that relate values.
@@ -244,6 +286,15 @@ impl Config {
         if let Some(level) = o.log_level {
             self.log.level = level;
         }
+        if let Some(format) = o.log_format {
+            self.log.format = format;
+        }
+        if let Some(n) = o.max_terminated {
+            self.monitor.max_terminated = n;
+        }
+        if let Some(v) = o.pprof {
+            self.debug.pprof.enabled = v;
+        }
         if let Some(p) = &o.sysfs {
             self.host.sysfs = p.clone();
         }
@@ -257,13 +308,13 @@ impl Config {
             self.web.listen_addresses = o.listen_addresses.clone();
         }
         if let Some(p) = &o.web_config_file {
-            self.web.config_file = Some(p.clone());
+            self.web.config_file = p.clone();
         }
         if let Some(v) = o.kube_enable {
             self.kube.enabled = v;
         }
         if let Some(p) = &o.kube_config {
-            self.kube.config = Some(p.clone());
+            self.kube.config = p.clone();
         }
         if let Some(n) = &o.kube_node_name {
             self.kube.node_name = Some(n.clone());
@@ -274,6 +325,42 @@ impl Config {
         if let Some(v) = o.exporter_stdout {
             self.exporter.stdout.enabled = v;
         }
+        if let Some(v) = o.exporter_prometheus {
+            self.exporter.prometheus.enabled = v;
+        }
+        self.apply_experimental(o);
+    }
+
+    fn apply_experimental(&mut self, o: &Overrides) {
+        let x = &mut self.experimental;
+        if let Some(v) = o.redfish_enabled {
+            x.platform.redfish.enabled = v;
+        }
+        if let Some(n) = &o.redfish_node_name {
+            x.platform.redfish.node_name = Some(n.clone());
+        }
+        if let Some(p) = &o.redfish_config_file {
+            x.platform.redfish.config_file = Some(p.clone());
+        }
+        if let Some(v) = o.hwmon_force_enabled {
+            x.hwmon.force_enabled = v;
+        }
+        if let Some(v) = o.hwmon_enabled {
+            x.hwmon.enabled = Some(v);
+        }
+        if !o.hwmon_zones.is_empty() {
+            x.hwmon.zones = o.hwmon_zones.clone();
+        }
+        if let Some(v) = o.gpu_enabled {
+            x.gpu.enabled = v;
+        }
+        if let Some(w) = o.gpu_idle_power {
+            // 0 is upstream's "auto-detect", as in the file.
+            x.gpu.idle_power = (w != 0.0).then_some(w);
+        }
+        if let Some(url) = &o.gpu_dcgm_endpoint {
+            x.gpu.dcgm_endpoint = url.clone();
+        }
     }
 
     /// Checks of ranges and of values that depend on each other; spellings were checked when
@@ -283,13 +370,13 @@ impl Config {
             key: key.into(),
             message,
         };
-        if self.monitor.interval.0 < Duration::from_millis(100) {
+        // 0 is upstream's refresh-on-scrape mode; anything else below 100ms would spend the
+        // agent's time measuring itself.
+        let interval = self.monitor.interval.0;
+        if !interval.is_zero() && interval < Duration::from_millis(100) {
             return Err(invalid(
                 "monitor.interval",
-                format!(
-                    "{:?} is too short; use at least 100ms",
-                    self.monitor.interval.0
-                ),
+                format!("{interval:?} is too short; use 0 (on scrape) or at least 100ms"),
             ));
         }
         if self.monitor.max_terminated < -1 {
@@ -316,10 +403,10 @@ impl Config {
                 format!("{meter} measures the {} domain, not cpu", meter.domain()),
             ));
         }
-        if self.web.listen_addresses.is_empty() && self.exporter.prometheus.enabled {
+        if self.web.listen_addresses.is_empty() {
             return Err(invalid(
                 "web.listenAddresses",
-                "needs at least one address when the Prometheus exporter is enabled".into(),
+                "needs at least one address (health and readiness are served there)".into(),
             ));
         }
         if let Some(w) = self.attribution.idle_baseline_watts {
@@ -381,7 +468,19 @@ impl Config {
                 "experimental.gpu.dcgmEndpoint (MIG: dcgm-exporter text is parsed into per-instance zones, not yet polled)",
             );
         }
-        if self.experimental.hwmon.chip_rules.is_some() {
+        if self.debug.pprof.enabled {
+            keys.push("debug.pprof.enabled (Go profiles; profile this agent with perf instead)");
+        }
+        // Upstream's files carry `chipRules: []`; only rules that say something need a warning.
+        if self
+            .experimental
+            .hwmon
+            .chip_rules
+            .as_ref()
+            .is_some_and(|rules| {
+                !rules.is_null() && rules.as_sequence().is_none_or(|r| !r.is_empty())
+            })
+        {
             keys.push("experimental.hwmon.chipRules");
         }
         keys
@@ -395,18 +494,25 @@ impl Config {
 
     /// `cpu.preferredMeters`, with the msr meter right after `rapl` (first without it) when
     /// `msr.enabled` is set and the list does not place it: enabling it is then the one step a
-    /// user takes, and upstream's default list stays as it is.
+    /// user takes, and upstream's default list stays as it is. Upstream's `forceEnabled` skips
+    /// RAPL detection for hwmon; trying hwmon first gives the same choice on hosts with hwmon
+    /// and still a meter on hosts without it.
     pub fn cpu_meters(&self) -> Vec<kepler_meters::MeterName> {
         let mut meters = self.cpu.preferred_meters.clone();
-        let Some(msr) = kepler_meters::MeterName::msr() else {
-            return meters;
-        };
-        if self.msr.enabled && !meters.contains(&msr) {
-            let at = meters
-                .iter()
-                .position(|m| m.as_str() == "rapl")
-                .map_or(0, |i| i + 1);
-            meters.insert(at, msr);
+        if let Some(msr) = kepler_meters::MeterName::msr() {
+            if self.msr.enabled && !meters.contains(&msr) {
+                let at = meters
+                    .iter()
+                    .position(|m| m.as_str() == "rapl")
+                    .map_or(0, |i| i + 1);
+                meters.insert(at, msr);
+            }
+        }
+        if self.experimental.hwmon.force_enabled {
+            if let Ok(hwmon) = "hwmon".parse::<kepler_meters::MeterName>() {
+                meters.retain(|m| *m != hwmon);
+                meters.insert(0, hwmon);
+            }
         }
         meters
     }

@@ -1,6 +1,10 @@
-//! Logging to stderr: the `log` config section and the tracing subscriber it configures.
+//! Logging as upstream logs: the `log` config section and the tracing subscriber it configures,
+//! writing Go slog's text or JSON lines (see [`slog`]) to stdout, or to stderr when the stdout
+//! exporter owns stdout.
 
-use std::io::IsTerminal;
+mod slog;
+
+pub use self::slog::SlogFormat;
 
 use anyhow::Result;
 use serde::Deserialize;
@@ -39,22 +43,43 @@ pub struct LogConfig {
     pub format: LogFormat,
 }
 
-/// Sets up logging to stderr at `log.level` (overridden by `RUST_LOG` when set) in
-/// `log.format`; the HTTP client's wire dumps stay off (see `kepler_meters::QUIET_LOG_TARGETS`).
-pub fn init(config: &LogConfig) -> Result<()> {
+/// Where log lines go: upstream writes them to stdout, and to stderr when the stdout exporter
+/// prints its tables there.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum Stream {
+    Stdout,
+    Stderr,
+}
+
+impl Stream {
+    pub fn for_stdout_exporter(stdout_exporter: bool) -> Stream {
+        if stdout_exporter {
+            Stream::Stderr
+        } else {
+            Stream::Stdout
+        }
+    }
+}
+
+/// Sets up logging at `log.level` (overridden by `RUST_LOG` when set) in `log.format`.
+/// The HTTP client's wire dumps stay off (see `kepler_meters::QUIET_LOG_TARGETS`).
+pub fn init(config: &LogConfig, stream: Stream) -> Result<()> {
     let mut filter =
         EnvFilter::try_from_default_env().or_else(|_| EnvFilter::try_new(config.level.as_str()))?;
     // Added after the user's directives so they win over `trace` (BMC passwords, DESIGN §8).
     for directive in kepler_meters::QUIET_LOG_TARGETS {
         filter = filter.add_directive(directive.parse()?);
     }
+    let format = SlogFormat {
+        json: config.format == LogFormat::Json,
+        clock: std::time::SystemTime::now,
+    };
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_ansi(std::io::stderr().is_terminal())
-        .with_writer(std::io::stderr);
-    let result = match config.format {
-        LogFormat::Json => builder.json().try_init(),
-        LogFormat::Text => builder.try_init(),
+        .event_format(format);
+    let result = match stream {
+        Stream::Stdout => builder.with_writer(std::io::stdout).try_init(),
+        Stream::Stderr => builder.with_writer(std::io::stderr).try_init(),
     };
     result.map_err(|e| anyhow::anyhow!("setting up logging: {e}"))
 }

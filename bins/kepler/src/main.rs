@@ -2,14 +2,30 @@
 #![warn(clippy::unwrap_used, clippy::expect_used)]
 
 use anyhow::Result;
-use clap::Parser;
 use kepler_agent::cli::{Cli, Command};
 use kepler_agent::config::Config;
+use kepler_agent::logging::{LogFormat, Stream};
 
 fn main() -> Result<()> {
-    let cli = Cli::parse();
+    // kingpin, which upstream uses, exits with status 1 on a bad flag (clap would use 2);
+    // scripts and probes written for upstream check for that.
+    let cli = match Cli::parse_args(std::env::args_os()) {
+        Ok(cli) => cli,
+        Err(e) => {
+            let code = if e.use_stderr() { 1 } else { 0 };
+            // Printing help or the error can only fail if the terminal is gone.
+            let _ = e.print();
+            std::process::exit(code);
+        }
+    };
     let loaded = Config::load(cli.config_file.as_deref(), &cli.overrides())?;
-    kepler_agent::logging::init(&loaded.config.log)?;
+    // `kepler probe` prints its report on stdout; its logs must not mix into it.
+    let stream = match cli.command {
+        Some(Command::Probe) => Stream::Stderr,
+        None => Stream::for_stdout_exporter(loaded.config.exporter.stdout.enabled),
+    };
+    kepler_agent::logging::init(&loaded.config.log, stream)?;
+    log_start(&loaded.config, stream);
     for key in &loaded.unknown_keys {
         tracing::warn!(key = %key, "unknown config key ignored");
     }
@@ -23,4 +39,32 @@ fn main() -> Result<()> {
         }
         None => kepler_agent::agent::run(loaded.config),
     }
+}
+
+/// Upstream's first lines: the version, then (text logs at info level) the effective
+/// configuration between rules, on the log stream.
+fn log_start(config: &Config, stream: Stream) {
+    let build = kepler_agent::setup::build_info();
+    tracing::info!(
+        version = %build.version,
+        gitBranch = %build.branch,
+        gitCommit = %build.revision,
+        rustVersion = %build.rust_version,
+        goOS = std::env::consts::OS,
+        goArch = %build.arch,
+        "Kepler version information"
+    );
+    if config.log.format != LogFormat::Text || !tracing::enabled!(tracing::Level::INFO) {
+        return;
+    }
+    let rule = "━".repeat(66);
+    let text = format!(
+        "\nConfiguration\n{rule}\n{}{rule}\n",
+        config.effective_yaml()
+    );
+    // Best effort: a closed stream only loses this banner.
+    let _ = match stream {
+        Stream::Stdout => std::io::Write::write_all(&mut std::io::stdout(), text.as_bytes()),
+        Stream::Stderr => std::io::Write::write_all(&mut std::io::stderr(), text.as_bytes()),
+    };
 }

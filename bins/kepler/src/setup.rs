@@ -109,9 +109,12 @@ pub struct Usage {
 /// eBPF when `ebpf.enabled` allows it and it loads; procfs otherwise (`auto`), or an error
 /// (`true`). The classifier writes the names it reads to `catalogue`.
 pub fn usage_source(config: &Config, catalogue: Arc<Catalogue>) -> Result<Usage> {
-    let classifier = Arc::new(kepler_workloads::CgroupClassifier::with_catalogue(
-        catalogue,
-    ));
+    let mut classifier = kepler_workloads::CgroupClassifier::with_catalogue(catalogue)
+        .with_procfs(config.host.procfs.clone());
+    if !config.workloads.pod_ids(config.kube.enabled) {
+        classifier = classifier.without_pod_ids();
+    }
+    let classifier = Arc::new(classifier);
     if config.ebpf.enabled != EbpfMode::Off {
         match kepler_ebpf::EbpfSource::new(
             config.host.procfs.clone(),
@@ -185,7 +188,9 @@ pub fn build_info() -> BuildInfo {
         revision: option_env!("KEPLER_GIT_REVISION")
             .unwrap_or("unknown")
             .to_string(),
-        version: env!("CARGO_PKG_VERSION").to_string(),
+        version: option_env!("KEPLER_VERSION")
+            .unwrap_or(env!("CARGO_PKG_VERSION"))
+            .to_string(),
         rust_version: option_env!("KEPLER_RUSTC_VERSION")
             .unwrap_or("unknown")
             .to_string(),
@@ -195,6 +200,27 @@ pub fn build_info() -> BuildInfo {
 #[cfg(test)]
 mod tests {
     use std::path::Path;
+
+    /// Built from a git checkout, the build info names its commit (cargo reruns build.rs when
+    /// HEAD moves, so a test binary never reports an older commit than its source).
+    #[test]
+    fn build_info_names_the_git_commit() {
+        let info = build_info();
+        assert!(!info.version.is_empty() && info.version != "unknown");
+        let head = std::process::Command::new("git")
+            .args(["rev-parse", "--short=12", "HEAD"])
+            .current_dir(env!("CARGO_MANIFEST_DIR"))
+            .output();
+        match head {
+            Ok(out) if out.status.success() && std::env::var("KEPLER_GIT_REVISION").is_err() => {
+                let head = String::from_utf8_lossy(&out.stdout).trim().to_string();
+                assert_eq!(info.revision, head);
+                assert_ne!(info.branch, "unknown");
+            }
+            _ => eprintln!("not a git checkout; revision is {}", info.revision),
+        }
+        assert_ne!(info.rust_version, "unknown");
+    }
 
     use kepler_core::PowerDomain;
     use kepler_meters::fixtures::{HwmonTree, PowercapTree};

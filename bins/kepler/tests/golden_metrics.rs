@@ -19,8 +19,8 @@ use std::time::Duration;
 use kepler_agent::sampler::Sampler;
 use kepler_core::{AttributionConfig, Attributor};
 use kepler_exporters::{
-    AgentState, AgentStats, BuildInfo, EbpfCounts, ExportContext, Format, Output, PrometheusOutput,
-    Publication,
+    AgentState, AgentStats, BuildInfo, EbpfCounts, ExportContext, Format, Output, ProcessStats,
+    PrometheusOutput, Publication, SelfCollectors,
 };
 use kepler_meters::{Clock, FakeMeter, FakeSettings, ManualClock};
 use kepler_sources::ProcfsSource;
@@ -426,6 +426,11 @@ fn run_agent() -> Arc<AgentState> {
     context.cpu_info = Arc::from(host.cpus().unwrap().to_vec());
     let health = Arc::new(kepler_core::Health::new());
     context.health = health.clone();
+    // Both of upstream's debug collectors, so the `process_*` families are covered.
+    context.self_collectors = SelfCollectors {
+        process: true,
+        runtime: true,
+    };
     let state = Arc::new(AgentState::new(context));
     let mut output = PrometheusOutput::new(state.clone());
 
@@ -460,6 +465,15 @@ fn run_agent() -> Arc<AgentState> {
             ebpf: Some(EbpfCounts {
                 dropped: 3,
                 tracked: 12,
+            }),
+            process: Some(ProcessStats {
+                cpu_seconds: 1.25 * (tick as f64 + 1.0),
+                resident_memory_bytes: 12_582_912,
+                virtual_memory_bytes: 104_857_600,
+                open_fds: 11,
+                max_fds: 1_048_576,
+                start_time_seconds: 1_700_000_000.5,
+                threads: 6,
             }),
         };
         output

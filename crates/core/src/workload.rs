@@ -106,6 +106,12 @@ pub struct WorkloadIdentity {
 /// the workloads crate; sources call it when they first see a process.
 pub trait Classifier: Send + Sync {
     fn classify(&self, info: &crate::usage::ProcessInfo) -> WorkloadIdentity;
+
+    /// [`Classifier::classify`] for a live process `pid`, so that a classifier may read more
+    /// about it once (its environment, for a container's name). Sources call this.
+    fn classify_process(&self, _pid: u32, info: &crate::usage::ProcessInfo) -> WorkloadIdentity {
+        self.classify(info)
+    }
 }
 
 /// Classifies every process as a plain process; for tests and hosts without containers.

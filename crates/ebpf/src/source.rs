@@ -105,7 +105,7 @@ impl Host for Io<'_> {
             }
         };
         info.cgroup_id = (t.cgroup_id != 0).then_some(t.cgroup_id);
-        info.workload = self.classifier.classify(&info);
+        info.workload = self.classifier.classify_process(key.pid, &info);
         info
     }
 }

@@ -7,6 +7,7 @@ use std::time::Duration;
 use kepler_core::{CpuInfo, Health};
 
 use crate::level::MetricsLevel;
+use crate::self_process::{ProcessStats, SelfCollectors};
 
 /// Labels of `kepler_build_info`.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -34,7 +35,7 @@ impl Default for BuildInfo {
 }
 
 /// The agent's own counters, updated every tick.
-#[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Copy, Clone, Debug, Default, PartialEq)]
 pub struct AgentStats {
     /// How long the last tick took (reading sources and meters, attribution).
     pub last_tick_duration: Duration,
@@ -42,6 +43,8 @@ pub struct AgentStats {
     pub ticks: u64,
     /// The eBPF source's own counters, when it is the usage source.
     pub ebpf: Option<EbpfCounts>,
+    /// The agent's own process (`process_*`), when a debug collector asks for it.
+    pub process: Option<ProcessStats>,
 }
 
 #[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
@@ -65,6 +68,8 @@ pub struct ExportContext {
     pub agent: AgentStats,
     /// Up/down and error counts of every component, read live at each scrape.
     pub health: Arc<Health>,
+    /// Which `process_*` families are exported (upstream's debugCollectors).
+    pub self_collectors: SelfCollectors,
 }
 
 impl ExportContext {
@@ -77,6 +82,7 @@ impl ExportContext {
             cpu_info: Arc::from(Vec::new()),
             agent: AgentStats::default(),
             health: Arc::new(Health::new()),
+            self_collectors: SelfCollectors::default(),
         }
     }
 }

@@ -11,6 +11,7 @@ use kepler_core::{
 use crate::context::ExportContext;
 use crate::level::Level;
 use crate::registry::{self as r, Desc};
+use crate::self_process::{ProcessStats, SelfCollectors};
 
 /// Exposition format of one response.
 #[derive(Copy, Clone, Debug, Default, PartialEq, Eq, Hash)]
@@ -328,6 +329,9 @@ pub fn encode(
         w.family(&r::AGENT_EBPF_TRACKED).sample([], ebpf.tracked);
     }
     encode_health(&mut w, &ctx.health);
+    if let Some(p) = ctx.agent.process {
+        encode_self(&mut w, &p, ctx.self_collectors);
+    }
 
     if let Some(s) = snapshot {
         w.family(&r::AGENT_PROCESSES).sample([], s.processes.len());
@@ -353,6 +357,24 @@ pub fn encode(
         crate::encode_gpu::encode_gpu(&mut w, s, levels);
     }
     w.finish();
+}
+
+fn encode_self(w: &mut MetricWriter<'_>, p: &ProcessStats, on: SelfCollectors) {
+    if on.process {
+        w.family(&r::PROCESS_CPU_SECONDS_SELF)
+            .sample([], p.cpu_seconds);
+        w.family(&r::PROCESS_RESIDENT_MEMORY)
+            .sample([], p.resident_memory_bytes);
+        w.family(&r::PROCESS_VIRTUAL_MEMORY)
+            .sample([], p.virtual_memory_bytes);
+        w.family(&r::PROCESS_OPEN_FDS).sample([], p.open_fds);
+        w.family(&r::PROCESS_MAX_FDS).sample([], p.max_fds);
+        w.family(&r::PROCESS_START_TIME)
+            .sample([], p.start_time_seconds);
+    }
+    if on.runtime {
+        w.family(&r::PROCESS_THREADS).sample([], p.threads);
+    }
 }
 
 fn encode_health(w: &mut MetricWriter<'_>, health: &kepler_core::Health) {

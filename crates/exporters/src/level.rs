@@ -148,7 +148,9 @@ impl FromStr for MetricsLevel {
 }
 
 /// `exporter.prometheus.metricsLevel`: a list (`[node, pod]`) or a single string (`all`,
-/// `node,pod`), read as [`MetricsLevel::parse`] reads flags.
+/// `node,pod`), read as [`MetricsLevel::parse`] reads flags. An empty list or string means every
+/// level, as upstream's `ParseLevel` does: a file that leaves the list empty must not silently
+/// drop every power series.
 impl<'de> serde::Deserialize<'de> for MetricsLevel {
     fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         d.deserialize_any(LevelsVisitor)
@@ -165,7 +167,12 @@ impl<'de> serde::de::Visitor<'de> for LevelsVisitor {
     }
 
     fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<MetricsLevel, E> {
-        v.parse().map_err(E::custom)
+        let set: MetricsLevel = v.parse().map_err(E::custom)?;
+        Ok(if set.is_empty() {
+            MetricsLevel::ALL
+        } else {
+            set
+        })
     }
 
     fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<MetricsLevel, A::Error> {
@@ -178,7 +185,11 @@ impl<'de> serde::de::Visitor<'de> for LevelsVisitor {
                 set.insert(level);
             }
         }
-        Ok(set)
+        Ok(if set.is_empty() {
+            MetricsLevel::ALL
+        } else {
+            set
+        })
     }
 }
 
@@ -247,7 +258,8 @@ mod tests {
             ("[all]", all),
             ("[node, all]", all),
             ("vm", MetricsLevel::NONE.with(Level::Vm)),
-            ("[]", MetricsLevel::NONE),
+            ("[]", all),
+            ("\"\"", all),
         ] {
             let got: MetricsLevel = serde_yaml::from_str(yaml).unwrap();
             assert_eq!(got, expected, "{yaml}");

@@ -516,6 +516,51 @@ pub static PROCESS_FEATURE_RATE: Desc<3> = Desc {
     node_name: true,
 };
 
+/// The standard `process_*` families of Prometheus client libraries, for upstream's
+/// `debugCollectors`; no node label, as every other exporter exports them.
+const fn own(name: &'static str, help: &'static str, kind: MetricType) -> Desc<0> {
+    Desc {
+        name,
+        help,
+        kind,
+        labels: [],
+        level: None,
+        node_name: false,
+    }
+}
+pub static PROCESS_CPU_SECONDS_SELF: Desc<0> = own(
+    "process_cpu_seconds_total",
+    "Total user and system CPU time spent in seconds",
+    Counter,
+);
+pub static PROCESS_RESIDENT_MEMORY: Desc<0> = own(
+    "process_resident_memory_bytes",
+    "Resident memory size in bytes",
+    Gauge,
+);
+pub static PROCESS_VIRTUAL_MEMORY: Desc<0> = own(
+    "process_virtual_memory_bytes",
+    "Virtual memory size in bytes",
+    Gauge,
+);
+pub static PROCESS_OPEN_FDS: Desc<0> =
+    own("process_open_fds", "Number of open file descriptors", Gauge);
+pub static PROCESS_MAX_FDS: Desc<0> = own(
+    "process_max_fds",
+    "Maximum number of open file descriptors",
+    Gauge,
+);
+pub static PROCESS_START_TIME: Desc<0> = own(
+    "process_start_time_seconds",
+    "Start time of the process since unix epoch in seconds",
+    Gauge,
+);
+pub static PROCESS_THREADS: Desc<0> = own(
+    "process_threads",
+    "Number of OS threads in the process (exported for the go debug collector)",
+    Gauge,
+);
+
 /// Every family, in the order they are encoded.
 pub static ALL: &[&dyn Describe] = &[
     &BUILD_INFO,
@@ -527,6 +572,13 @@ pub static ALL: &[&dyn Describe] = &[
     &AGENT_EBPF_TRACKED,
     &AGENT_COMPONENT_UP,
     &AGENT_COMPONENT_ERRORS,
+    &PROCESS_CPU_SECONDS_SELF,
+    &PROCESS_RESIDENT_MEMORY,
+    &PROCESS_VIRTUAL_MEMORY,
+    &PROCESS_OPEN_FDS,
+    &PROCESS_MAX_FDS,
+    &PROCESS_START_TIME,
+    &PROCESS_THREADS,
     &NODE_FEATURE_RATE,
     &PROCESS_FEATURE_RATE,
     &NODE_CPU_JOULES,
@@ -604,6 +656,12 @@ pub fn metrics_markdown() -> String {
          utilisation samples, a lone process taking the whole device. Process, container and \
          pod GPU series sum their GPUs and appear once the workload has used one.\n\n",
     );
+    s.push_str(
+        "The `process_*` families describe the agent's own process, as in every Prometheus \
+         client library, and follow `exporter.prometheus.debugCollectors` rather than a level: \
+         `process` exports all but `process_threads`; `go` (upstream's Go runtime collector; \
+         there is no Go runtime here) exports `process_threads`.\n\n",
+    );
     s.push_str("| Name | Type | Labels | Help | Level |\n");
     s.push_str("|---|---|---|---|---|\n");
     for d in ALL {
@@ -645,7 +703,11 @@ mod tests {
         let mut names = HashSet::new();
         for d in ALL {
             assert!(valid_name(d.name()), "{}", d.name());
-            assert!(d.name().starts_with("kepler_"), "{}", d.name());
+            assert!(
+                d.name().starts_with("kepler_") || d.name().starts_with("process_"),
+                "{}",
+                d.name()
+            );
             assert!(names.insert(d.name()), "duplicate {}", d.name());
             assert_eq!(
                 d.kind() == MetricType::Counter,

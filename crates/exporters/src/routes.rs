@@ -4,6 +4,7 @@
 //! `kepler_http::Server` and the same web config as any other kepler-rs endpoint.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use axum::body::Body;
 use axum::extract::State;
@@ -19,15 +20,60 @@ use crate::state::{AgentState, Readiness};
 /// The exporter's routes over `state`. Give it to `kepler_http::Server::serve`, which puts
 /// basic auth in front of every route, `/healthz` and `/readyz` included.
 pub fn router(state: Arc<AgentState>) -> Router {
-    Router::new()
-        .route("/metrics", get(metrics))
-        .route("/healthz", get(healthz))
-        .route("/readyz", get(readyz))
-        .route("/", get(index))
-        .with_state(state)
+    router_with(state, Routes::default())
 }
 
+/// Which optional routes are served.
+#[derive(Copy, Clone, Debug)]
+pub struct Routes {
+    /// `/metrics`; `exporter.prometheus.enabled: false` turns it off while `/healthz`, `/readyz`
+    /// and `/` stay served for probes.
+    pub metrics: bool,
+}
+
+impl Default for Routes {
+    fn default() -> Self {
+        Routes { metrics: true }
+    }
+}
+
+/// Every path the router can serve, and whether it is served with `/metrics` turned off (for
+/// docs/compatibility.md's check).
+pub const PATHS: &[(&str, bool)] = &[
+    ("/metrics", false),
+    ("/", true),
+    ("/healthz", true),
+    ("/readyz", true),
+    ("/probe/livez", true),
+    ("/probe/readyz", true),
+];
+
+/// [`router`] with the optional routes chosen.
+pub fn router_with(state: Arc<AgentState>, routes: Routes) -> Router {
+    // Upstream's chart probes /probe/livez and /probe/readyz; older manifests the short names.
+    let mut router = Router::new()
+        .route("/healthz", get(healthz))
+        .route("/readyz", get(readyz))
+        .route("/probe/livez", get(healthz))
+        .route("/probe/readyz", get(readyz));
+    if routes.metrics {
+        router = router
+            .route("/metrics", get(metrics))
+            .route("/", get(index_with_metrics));
+    } else {
+        router = router.route("/", get(index_without_metrics));
+    }
+    router.with_state(state)
+}
+
+/// How long a scrape waits for an on-demand tick before it serves the snapshot it has.
+const REFRESH_LIMIT: Duration = Duration::from_secs(30);
+
 async fn metrics(State(state): State<Arc<AgentState>>, headers: HeaderMap) -> Response {
+    if let Some(refresh) = state.refresh() {
+        // The tick runs on the sampling thread; this only waits for it.
+        refresh.refresh(REFRESH_LIMIT).await;
+    }
     let accept = headers.get(ACCEPT).and_then(|v| v.to_str().ok());
     let format = Format::negotiate(accept);
     // Only encoding happens here: the snapshot was computed by the tick loop.
@@ -47,6 +93,13 @@ async fn healthz() -> &'static str {
 }
 
 async fn readyz(State(state): State<Arc<AgentState>>) -> Response {
+    // With ticks on demand, nothing but scrapes would ever compute the interval readiness
+    // waits for, and scrapers may wait for readiness: a probe asks for that tick itself.
+    if let Some(refresh) = state.refresh() {
+        if !state.readiness().is_ready() {
+            refresh.refresh(Duration::from_secs(5)).await;
+        }
+    }
     match state.readiness() {
         Readiness::Ready => (StatusCode::OK, "ready").into_response(),
         Readiness::NotReady { reason } => (
@@ -57,13 +110,25 @@ async fn readyz(State(state): State<Arc<AgentState>>) -> Response {
     }
 }
 
-async fn index(State(state): State<Arc<AgentState>>) -> Html<String> {
+async fn index_with_metrics(State(state): State<Arc<AgentState>>) -> Html<String> {
+    index(&state, true)
+}
+
+async fn index_without_metrics(State(state): State<Arc<AgentState>>) -> Html<String> {
+    index(&state, false)
+}
+
+fn index(state: &AgentState, metrics: bool) -> Html<String> {
     let version = escape_html(&state.context().build.version);
+    let metrics_link = if metrics {
+        "<li><a href=\"metrics\">metrics</a></li>\n"
+    } else {
+        ""
+    };
     Html(format!(
         "<!DOCTYPE html>\n<html><head><title>Kepler</title></head><body>\n\
          <h1>Kepler</h1>\n<p>Power consumption exporter (kepler-rs {version}).</p>\n<ul>\n\
-         <li><a href=\"metrics\">metrics</a></li>\n\
-         <li><a href=\"healthz\">healthz</a></li>\n\
+         {metrics_link}<li><a href=\"healthz\">healthz</a></li>\n\
          <li><a href=\"readyz\">readyz</a></li>\n</ul>\n</body></html>\n"
     ))
 }

@@ -1,7 +1,7 @@
 //! What the tick loop publishes and the HTTP handlers read: the latest snapshot, the export
 //! context and readiness. Writers swap whole values; readers never wait on the tick.
 
-use std::sync::{Arc, Mutex, PoisonError, Weak};
+use std::sync::{Arc, Mutex, OnceLock, PoisonError, Weak};
 
 use arc_swap::{ArcSwap, ArcSwapOption};
 use bytes::Bytes;
@@ -9,6 +9,7 @@ use kepler_core::PowerSnapshot;
 
 use crate::context::{AgentStats, ExportContext};
 use crate::encode::{encode, Format};
+use crate::on_demand::RefreshOnScrape;
 
 /// Whether the agent should receive traffic (`/readyz`).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -36,6 +37,8 @@ pub struct AgentState {
     /// What the agent says about itself; see [`AgentState::readiness`] for the effective state.
     readiness: ArcSwap<Readiness>,
     buffers: Arc<BufferPool>,
+    /// Set when ticks happen on demand (`monitor.interval: 0`).
+    refresh: OnceLock<Arc<RefreshOnScrape>>,
 }
 
 impl AgentState {
@@ -45,7 +48,18 @@ impl AgentState {
             context: ArcSwap::from_pointee(context),
             readiness: ArcSwap::from_pointee(Readiness::Ready),
             buffers: Arc::new(BufferPool::default()),
+            refresh: OnceLock::new(),
         }
+    }
+
+    /// Makes scrapes ask for a tick when the snapshot is stale (`monitor.interval: 0`); set
+    /// once, before serving.
+    pub fn set_refresh(&self, refresh: Arc<RefreshOnScrape>) {
+        let _ = self.refresh.set(refresh);
+    }
+
+    pub fn refresh(&self) -> Option<&Arc<RefreshOnScrape>> {
+        self.refresh.get()
     }
 
     /// Publishes one tick's result.
@@ -191,6 +205,7 @@ mod tests {
                 last_tick_duration: Duration::from_millis(3),
                 ticks: 7,
                 ebpf: None,
+                process: None,
             },
         );
         let first = state.encode(Format::Text004);

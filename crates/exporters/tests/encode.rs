@@ -514,3 +514,46 @@ fn platform_readings_carry_upstream_labels_and_only_at_node_level() {
     encode(Some(&snapshot), &pods_only, Format::Text004, &mut out);
     assert!(!String::from_utf8_lossy(&out).contains("kepler_platform_watts"));
 }
+
+#[test]
+fn self_process_families_follow_the_debug_collectors() {
+    let mut ctx = support::context();
+    ctx.agent.process = Some(kepler_exporters::ProcessStats {
+        cpu_seconds: 2.5,
+        resident_memory_bytes: 4096,
+        virtual_memory_bytes: 8192,
+        open_fds: 7,
+        max_fds: 1024,
+        start_time_seconds: 1_700_000_000.25,
+        threads: 3,
+    });
+    let text = render(&ctx, Format::Text004);
+    assert!(!text.contains("process_open_fds"), "off by default");
+
+    ctx.self_collectors.process = true;
+    let text = render(&ctx, Format::Text004);
+    assert_lines(
+        &text,
+        &[
+            "# TYPE process_cpu_seconds_total counter",
+            "process_cpu_seconds_total 2.5",
+            "process_resident_memory_bytes 4096",
+            "process_virtual_memory_bytes 8192",
+            "process_open_fds 7",
+            "process_max_fds 1024",
+            "process_start_time_seconds 1700000000.25",
+        ],
+    );
+    assert!(!text.contains("process_threads"));
+
+    ctx.self_collectors = kepler_exporters::SelfCollectors {
+        process: false,
+        runtime: true,
+    };
+    let text = render(&ctx, Format::Text004);
+    assert_lines(
+        &text,
+        &["# TYPE process_threads gauge", "process_threads 3"],
+    );
+    assert!(!text.contains("process_open_fds"));
+}

@@ -61,6 +61,7 @@ fn publish(state: &AgentState) {
             last_tick_duration: Duration::from_millis(4),
             ticks: 1,
             ebpf: None,
+            process: None,
         },
     );
 }

@@ -14,6 +14,7 @@ use base64::Engine as _;
 use ring::hmac;
 use tokio::sync::Semaphore;
 
+use crate::rate_limit::Bucket;
 use crate::web_config::{BcryptHash, WebConfig, WebConfigError};
 
 /// Basic auth and extra headers, applied to every route.
@@ -21,6 +22,7 @@ use crate::web_config::{BcryptHash, WebConfig, WebConfigError};
 pub(crate) struct Guard {
     auth: Option<BasicAuth>,
     headers: Vec<(HeaderName, HeaderValue)>,
+    rate: Option<Bucket>,
 }
 
 impl Guard {
@@ -35,6 +37,9 @@ impl Guard {
         Ok(Guard {
             auth,
             headers: web.headers.clone(),
+            rate: web
+                .rate_limit
+                .map(|limit| Bucket::new(limit, std::time::Instant::now())),
         })
     }
 
@@ -48,6 +53,18 @@ pub(crate) async fn guard_layer(
     request: Request,
     next: Next,
 ) -> Response {
+    // First, so that a flood costs neither handlers nor bcrypt.
+    if guard
+        .rate
+        .as_ref()
+        .is_some_and(|b| !b.allow(std::time::Instant::now()))
+    {
+        let mut r = (StatusCode::TOO_MANY_REQUESTS, "Too Many Requests\n").into_response();
+        for (name, value) in &guard.headers {
+            r.headers_mut().insert(name.clone(), value.clone());
+        }
+        return r;
+    }
     let mut response = match &guard.auth {
         Some(auth) if !auth.check(request.headers().get(AUTHORIZATION)).await => {
             let mut r = (StatusCode::UNAUTHORIZED, "Unauthorized\n").into_response();

@@ -29,12 +29,15 @@
 // No unwrap or expect outside tests; set per crate root, see [workspace.lints] in Cargo.toml.
 #![warn(clippy::unwrap_used, clippy::expect_used)]
 
+mod allowed_sans;
 mod auth;
 mod error;
 mod listen;
+mod rate_limit;
 mod server;
 mod signal;
 mod tls;
+mod tls_choice;
 pub mod web_config;
 
 pub use error::HttpError;

@@ -6,6 +6,8 @@ use std::sync::Arc;
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 
+use crate::allowed_sans::AllowedSans;
+use crate::tls_choice::Curve;
 use crate::web_config::{ClientAuth, TlsVersion, WebConfig, WebConfigError};
 
 impl WebConfig {
@@ -49,7 +51,7 @@ impl WebConfig {
             versions.push(&rustls::version::TLS13);
         }
 
-        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let provider = Arc::new(provider(tls));
         let builder = rustls::ServerConfig::builder_with_provider(provider.clone())
             .with_protocol_versions(&versions)
             .map_err(|e| field_err("tls_server_config.min_version", e.to_string()))?;
@@ -82,7 +84,13 @@ impl WebConfig {
                 let verifier = verifier
                     .build()
                     .map_err(|e| field_err("tls_server_config.client_ca_file", e.to_string()))?;
-                builder.with_client_cert_verifier(verifier)
+                match &tls.client_allowed_sans {
+                    Some(allowed) => builder.with_client_cert_verifier(Arc::new(AllowedSans {
+                        inner: verifier,
+                        allowed: allowed.clone(),
+                    })),
+                    None => builder.with_client_cert_verifier(verifier),
+                }
             }
         };
         let mut config = builder.with_single_cert(certs, key).map_err(|e| {
@@ -100,9 +108,88 @@ impl WebConfig {
     }
 }
 
+/// ring's provider, narrowed to the configured TLS 1.2 suites (TLS 1.3 suites stay, as in Go)
+/// and key exchange groups, in the configured order.
+fn provider(tls: &crate::web_config::TlsConfig) -> rustls::crypto::CryptoProvider {
+    let mut provider = rustls::crypto::ring::default_provider();
+    if let Some(wanted) = &tls.cipher_suites {
+        let all = std::mem::take(&mut provider.cipher_suites);
+        let (tls13, tls12): (Vec<_>, Vec<_>) = all
+            .into_iter()
+            .partition(|s| s.version() == &rustls::version::TLS13);
+        provider.cipher_suites = wanted
+            .iter()
+            .filter_map(|name| {
+                tls12
+                    .iter()
+                    .find(|s| format!("{:?}", s.suite()) == *name)
+                    .copied()
+            })
+            .chain(tls13)
+            .collect();
+    }
+    if let Some(wanted) = &tls.curves {
+        use rustls::crypto::ring::kx_group;
+        provider.kx_groups = wanted
+            .iter()
+            .map(|c| match c {
+                Curve::X25519 => kx_group::X25519,
+                Curve::P256 => kx_group::SECP256R1,
+                Curve::P384 => kx_group::SECP384R1,
+            })
+            .collect();
+    }
+    provider
+}
+
 #[cfg(test)]
 mod tests {
     use crate::web_config::tests::{field_of, parse};
+
+    #[test]
+    fn cipher_suites_and_curves_narrow_the_provider() {
+        let c = parse(
+            "tls_server_config:\n  cert_file: a\n  key_file: b\n  \
+             cipher_suites: [TLS_ECDHE_RSA_WITH_AES_256_GCM_SHA384]\n  \
+             curve_preferences: [CurveP384, X25519]\n",
+        )
+        .unwrap();
+        let p = super::provider(c.tls.as_ref().unwrap());
+        let tls12: Vec<String> = p
+            .cipher_suites
+            .iter()
+            .filter(|s| s.version() == &rustls::version::TLS12)
+            .map(|s| format!("{:?}", s.suite()))
+            .collect();
+        assert_eq!(tls12, ["TLS_ECDHE_RSA_WITH_AES_256_GCM_SHA384"]);
+        assert!(p
+            .cipher_suites
+            .iter()
+            .any(|s| s.version() == &rustls::version::TLS13));
+        let groups: Vec<String> = p
+            .kx_groups
+            .iter()
+            .map(|g| format!("{:?}", g.name()))
+            .collect();
+        assert_eq!(groups, ["secp384r1", "X25519"]);
+        // Every Go name we accept is a suite ring really offers.
+        let all = rustls::crypto::ring::default_provider();
+        for name in [
+            "TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256",
+            "TLS_ECDHE_ECDSA_WITH_AES_256_GCM_SHA384",
+            "TLS_ECDHE_ECDSA_WITH_CHACHA20_POLY1305_SHA256",
+            "TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256",
+            "TLS_ECDHE_RSA_WITH_AES_256_GCM_SHA384",
+            "TLS_ECDHE_RSA_WITH_CHACHA20_POLY1305_SHA256",
+        ] {
+            assert!(
+                all.cipher_suites
+                    .iter()
+                    .any(|s| format!("{:?}", s.suite()) == name),
+                "{name}"
+            );
+        }
+    }
 
     #[test]
     fn missing_certificate_file_is_named() {

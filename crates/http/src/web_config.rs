@@ -3,8 +3,9 @@
 //! keep working.
 //!
 //! Fields are checked strictly, as exporter-toolkit does: an unknown field is an error, and so is
-//! a known toolkit field we cannot honour with rustls (silently ignoring, say,
-//! `client_allowed_sans` would accept clients the operator meant to reject).
+//! a known toolkit field or value we cannot honour with rustls (silently ignoring, say,
+//! `client_allowed_sans` would accept clients the operator meant to reject). `cipher_suites` and
+//! `curve_preferences` are honoured for the suites and groups rustls has.
 //!
 //! Turning the checked TLS section into a rustls configuration is
 //! [`WebConfig::rustls_config`], in the `tls` module.
@@ -13,6 +14,12 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use axum::http::{HeaderName, HeaderValue};
+
+use rustls::pki_types::ServerName;
+
+use crate::allowed_sans::parse_sans;
+pub use crate::rate_limit::RateLimit;
+use crate::tls_choice::{curves, tls12_suites, Curve};
 use serde::Deserialize;
 
 /// A rejected web config. Every variant names the file and, where it applies, the field.
@@ -95,6 +102,12 @@ pub struct TlsConfig {
     pub max_version: Option<TlsVersion>,
     pub client_auth: ClientAuth,
     pub client_ca: Option<Pem>,
+    /// `cipher_suites`: the TLS 1.2 suites offered (IANA names), in order; `None`: rustls'.
+    pub cipher_suites: Option<Vec<&'static str>>,
+    /// `curve_preferences`: the key exchange groups offered, in order; `None`: rustls'.
+    pub curves: Option<Vec<Curve>>,
+    /// `client_allowed_sans`: a verified client certificate must name one of these.
+    pub client_allowed_sans: Option<Vec<ServerName<'static>>>,
 }
 
 /// A bcrypt hash from `basic_auth_users`, checked when the config was parsed.
@@ -148,6 +161,8 @@ pub struct WebConfig {
     /// `http_server_config.http2: false`: serve HTTP/1 only. By default a client that opens
     /// with the HTTP/2 preface (prior knowledge) is served HTTP/2.
     pub http1_only: bool,
+    /// `rate_limit` with a positive burst.
+    pub rate_limit: Option<RateLimit>,
 }
 
 #[derive(Deserialize)]
@@ -156,7 +171,14 @@ struct RawWebConfig {
     tls_server_config: Option<RawTls>,
     http_server_config: Option<RawHttp>,
     basic_auth_users: Option<BTreeMap<String, String>>,
-    rate_limit: Option<serde_yaml::Value>,
+    rate_limit: Option<RawRateLimit>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawRateLimit {
+    interval: Option<String>,
+    burst: Option<u32>,
 }
 
 #[derive(Deserialize)]
@@ -171,10 +193,10 @@ struct RawTls {
     client_ca: Option<String>,
     min_version: Option<String>,
     max_version: Option<String>,
-    cipher_suites: Option<serde_yaml::Value>,
-    curve_preferences: Option<serde_yaml::Value>,
+    cipher_suites: Option<Vec<String>>,
+    curve_preferences: Option<Vec<String>>,
     prefer_server_cipher_suites: Option<bool>,
-    client_allowed_sans: Option<serde_yaml::Value>,
+    client_allowed_sans: Option<Vec<String>>,
 }
 
 #[derive(Deserialize)]
@@ -221,8 +243,8 @@ impl WebConfig {
             file: file.to_string(),
             message: e.to_string(),
         })?;
-        if raw.rate_limit.is_some() {
-            return Err(field_err("rate_limit", "not supported".to_string()));
+        if let Some(limit) = raw.rate_limit {
+            config.rate_limit = Self::rate_limit(limit, &field_err)?;
         }
 
         if let Some(tls) = raw.tls_server_config {
@@ -284,35 +306,55 @@ impl WebConfig {
         Ok(config)
     }
 
+    /// As the toolkit: limiting is on only with a positive `burst`, and then needs a positive
+    /// `interval`.
+    fn rate_limit(
+        raw: RawRateLimit,
+        field_err: &dyn Fn(&str, String) -> WebConfigError,
+    ) -> Result<Option<RateLimit>, WebConfigError> {
+        let burst = raw.burst.unwrap_or(0);
+        if burst == 0 {
+            return Ok(None);
+        }
+        let text = non_empty(raw.interval).unwrap_or_default();
+        let interval = humantime::parse_duration(text.trim())
+            .ok()
+            .filter(|d| !d.is_zero())
+            .ok_or_else(|| {
+                field_err(
+                    "rate_limit.interval",
+                    format!("{text:?} is not a positive duration (like 1s or 100ms)"),
+                )
+            })?;
+        Ok(Some(RateLimit { interval, burst }))
+    }
+
     fn tls(
         raw: RawTls,
         base: &Path,
         field_err: &dyn Fn(&str, String) -> WebConfigError,
     ) -> Result<Option<TlsConfig>, WebConfigError> {
-        let unsupported = |field: &str, why: &str| {
-            field_err(
-                &format!("tls_server_config.{field}"),
-                format!("not supported: {why}; remove the field"),
-            )
+        let cipher_suites = match &raw.cipher_suites {
+            None => None,
+            Some(names) => Some(
+                tls12_suites(names).map_err(|m| field_err("tls_server_config.cipher_suites", m))?,
+            ),
         };
-        if raw.cipher_suites.is_some() {
-            return Err(unsupported(
-                "cipher_suites",
-                "rustls negotiates only its own set of modern cipher suites",
-            ));
-        }
-        if raw.curve_preferences.is_some() {
-            return Err(unsupported(
-                "curve_preferences",
-                "rustls negotiates only its own set of modern key exchange groups",
-            ));
-        }
-        if raw.client_allowed_sans.is_some() {
-            return Err(unsupported(
-                "client_allowed_sans",
-                "client certificates are verified against client_ca_file only",
-            ));
-        }
+        let curves = match &raw.curve_preferences {
+            None => None,
+            Some(names) if names.is_empty() => None,
+            Some(names) => Some(
+                curves(names).map_err(|m| field_err("tls_server_config.curve_preferences", m))?,
+            ),
+        };
+        let client_allowed_sans = match &raw.client_allowed_sans {
+            None => None,
+            Some(names) if names.is_empty() => None,
+            Some(names) => Some(
+                parse_sans(names)
+                    .map_err(|m| field_err("tls_server_config.client_allowed_sans", m))?,
+            ),
+        };
         // Server order is a hint with rustls' small, uniformly strong suite list.
         let _ = raw.prefer_server_cipher_suites;
 
@@ -423,6 +465,12 @@ impl WebConfig {
                     "set, but client_auth_type does not verify client certificates".to_string(),
                 ))
             }
+            (ClientAuth::None, None) if client_allowed_sans.is_some() => {
+                return Err(field_err(
+                    "tls_server_config.client_allowed_sans",
+                    "set, but client_auth_type does not verify client certificates".to_string(),
+                ))
+            }
             (ClientAuth::VerifyIfGiven | ClientAuth::RequireAndVerify, None) => {
                 return Err(field_err(
                     "tls_server_config.client_ca_file",
@@ -438,6 +486,9 @@ impl WebConfig {
             max_version,
             client_auth,
             client_ca,
+            cipher_suites,
+            curves,
+            client_allowed_sans,
         }))
     }
 }
@@ -558,7 +609,7 @@ pub(crate) mod tests {
         );
         assert_eq!(
             field_of(
-                parse("tls_server_config:\n  cert_file: a\n  key_file: b\n  cipher_suites: [x]\n")
+                parse("tls_server_config:\n  cert_file: a\n  key_file: b\n  cipher_suites: [TLS_RSA_WITH_RC4_128_SHA]\n")
                     .unwrap_err()
             ),
             "tls_server_config.cipher_suites"
@@ -569,6 +620,36 @@ pub(crate) mod tests {
                     .unwrap_err()
             ),
             "tls_server_config.client_ca_file"
+        );
+        assert_eq!(
+            field_of(
+                parse("tls_server_config:\n  cert_file: a\n  key_file: b\n  client_allowed_sans: [scraper]\n")
+                    .unwrap_err()
+            ),
+            "tls_server_config.client_allowed_sans"
+        );
+        assert_eq!(
+            field_of(
+                parse("tls_server_config:\n  cert_file: a\n  key_file: b\n  curve_preferences: [CurveP521]\n")
+                    .unwrap_err()
+            ),
+            "tls_server_config.curve_preferences"
+        );
+        assert_eq!(
+            field_of(parse("rate_limit:\n  burst: 5\n").unwrap_err()),
+            "rate_limit.interval"
+        );
+        let limited = parse("rate_limit:\n  interval: 100ms\n  burst: 5\n").unwrap();
+        assert_eq!(
+            limited.rate_limit,
+            Some(RateLimit {
+                interval: std::time::Duration::from_millis(100),
+                burst: 5
+            })
+        );
+        assert_eq!(
+            parse("rate_limit:\n  interval: 1s\n").unwrap().rate_limit,
+            None
         );
         let unknown = parse("tls_server_config:\n  cert_fil: a\n").unwrap_err();
         assert!(

@@ -181,3 +181,31 @@ async fn every_listen_address_serves() {
     let _ = stop.send(());
     serving.await.unwrap().unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rate_limit_answers_429_past_the_burst() {
+    let dir = tempfile::tempdir().unwrap();
+    // One token an hour: the burst is all this test gets.
+    let web = support::web_config(
+        dir.path(),
+        "rate_limit:\n  interval: 1h\n  burst: 2\nhttp_server_config:\n  headers:\n    X-Test: yes\n",
+    );
+    let srv = start(Some(web)).await;
+    let c = client();
+    let url = format!("http://{}/nope", srv.addr);
+    let mut statuses = Vec::new();
+    for _ in 0..3 {
+        let r = c.get(&url).send().await.unwrap();
+        assert_eq!(r.headers()["x-test"], "yes");
+        statuses.push(r.status());
+    }
+    assert_eq!(
+        statuses,
+        [
+            StatusCode::NOT_FOUND,
+            StatusCode::NOT_FOUND,
+            StatusCode::TOO_MANY_REQUESTS
+        ]
+    );
+    srv.stop().await;
+}

@@ -197,3 +197,43 @@ async fn bad_certificates_fail_at_bind() {
         "{err}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn client_allowed_sans_admits_only_named_clients() {
+    let pki = pki();
+    let base = "tls_server_config:\n  cert_file: tls.crt\n  key_file: tls.key\n  client_auth_type: RequireAndVerifyClientCert\n  client_ca_file: ca.crt\n";
+    for (sans, admitted) in [("[scraper, other]", true), ("[other.example]", false)] {
+        let web = web_config(
+            pki.dir.path(),
+            &format!("{base}  client_allowed_sans: {sans}\n"),
+        );
+        let srv = start(Some(web)).await;
+        let url = format!("https://127.0.0.1:{}/healthz", srv.addr.port());
+        let result = tls_client(&pki, true, false).get(&url).send().await;
+        assert_eq!(result.is_ok(), admitted, "{sans}: {result:?}");
+        srv.stop().await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cipher_suites_limit_tls12_handshakes() {
+    let pki = pki();
+    // rcgen's certificates carry ECDSA keys: an RSA-only suite list leaves TLS 1.2 clients
+    // nothing to agree on, while TLS 1.3 (not configurable, as in Go) still works.
+    for (suites, tls12_ok) in [
+        ("[TLS_ECDHE_ECDSA_WITH_AES_256_GCM_SHA384]", true),
+        ("[TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256]", false),
+    ] {
+        let web = web_config(
+            pki.dir.path(),
+            &format!("tls_server_config:\n  cert_file: tls.crt\n  key_file: tls.key\n  cipher_suites: {suites}\n  curve_preferences: [CurveP256]\n"),
+        );
+        let srv = start(Some(web)).await;
+        let url = format!("https://127.0.0.1:{}/healthz", srv.addr.port());
+        let tls12 = tls_client(&pki, false, true).get(&url).send().await;
+        assert_eq!(tls12.is_ok(), tls12_ok, "{suites}: {tls12:?}");
+        let tls13 = tls_client(&pki, false, false).get(&url).send().await;
+        assert!(tls13.is_ok(), "{suites}: {tls13:?}");
+        srv.stop().await;
+    }
+}

@@ -3,11 +3,15 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
 
+use std::path::PathBuf;
+
 use kepler_core::{
-    Catalogue, Classifier, ContainerId, ProcessInfo, ProcessType, VmId, WorkloadIdentity,
+    Catalogue, Classifier, ContainerId, ContainerNames, NameSource, ProcessInfo, ProcessType, VmId,
+    WorkloadIdentity,
 };
 
 use crate::cgroup::container_from_cgroup_path;
+use crate::names::{container_name_from_cmdline, container_name_from_environ, read_environ};
 use crate::vm::vm_from_cmdline;
 
 /// Classifies processes by cgroup path (containers, pods) and command line (VMs).
@@ -24,6 +28,10 @@ use crate::vm::vm_from_cmdline;
 pub struct CgroupClassifier {
     tables: Mutex<Tables>,
     catalogue: Arc<Catalogue>,
+    /// Where to read a container process's environment for its name; none: no names.
+    procfs: Option<PathBuf>,
+    /// Containers get no pod id (upstream without Kubernetes has no pods).
+    no_pod_ids: bool,
 }
 
 #[derive(Default)]
@@ -43,6 +51,44 @@ impl CgroupClassifier {
         CgroupClassifier {
             tables: Mutex::default(),
             catalogue,
+            procfs: None,
+            no_pod_ids: false,
+        }
+    }
+
+    /// Leaves the pod id that a cgroup path tells off every container, as upstream does
+    /// without Kubernetes: no pod series, an empty `pod_id` on container series.
+    pub fn without_pod_ids(mut self) -> Self {
+        self.no_pod_ids = true;
+        self
+    }
+
+    /// Also names containers as upstream does without Kubernetes: from the environment of a
+    /// process in a container the catalogue has no name for (read from `procfs`, bounded), else
+    /// from its command line.
+    pub fn with_procfs(mut self, procfs: impl Into<PathBuf>) -> Self {
+        self.procfs = Some(procfs.into());
+        self
+    }
+
+    /// Writes the name of `container` that process `pid` tells, unless one is known already.
+    fn learn_container_name(&self, pid: u32, info: &ProcessInfo, container: &ContainerId) {
+        let Some(procfs) = &self.procfs else {
+            return;
+        };
+        if self.catalogue.view().container(&container.id).is_some() {
+            return;
+        }
+        let name = read_environ(procfs, pid)
+            .and_then(|env| container_name_from_environ(&env))
+            .or_else(|| container_name_from_cmdline(&info.cmdline));
+        if let Some(name) = name {
+            tracing::debug!(id = container.id, name, "container name from the process");
+            self.catalogue.set_container(
+                &container.id,
+                ContainerNames { name, pod_id: None },
+                NameSource::Process,
+            );
         }
     }
 
@@ -62,6 +108,14 @@ impl std::fmt::Debug for CgroupClassifier {
 }
 
 impl Classifier for CgroupClassifier {
+    fn classify_process(&self, pid: u32, info: &ProcessInfo) -> WorkloadIdentity {
+        let identity = self.classify(info);
+        if let Some(container) = &identity.container {
+            self.learn_container_name(pid, info, container);
+        }
+        identity
+    }
+
     fn classify(&self, info: &ProcessInfo) -> WorkloadIdentity {
         if info.kernel_thread {
             return WorkloadIdentity::default();
@@ -74,13 +128,14 @@ impl Classifier for CgroupClassifier {
         // A poisoned lock only means another thread panicked mid-insert; the maps stay valid.
         let mut tables = self.tables.lock().unwrap_or_else(PoisonError::into_inner);
         let mut forgotten_vms = Vec::new();
+        let mut forgotten_containers = Vec::new();
         let container = found.map(|(id, runtime, pod_uid)| {
             let ids = ContainerId {
                 id: id.clone(),
                 runtime,
-                pod_id: pod_uid,
+                pod_id: pod_uid.filter(|_| !self.no_pod_ids),
             };
-            let (container, _) = tables.containers.intern(
+            let (container, swept) = tables.containers.intern(
                 &id,
                 |known| *known == ids,
                 || {
@@ -88,6 +143,8 @@ impl Classifier for CgroupClassifier {
                     ids.clone()
                 },
             );
+            // Names learnt from processes go with their containers.
+            forgotten_containers = swept;
             container
         });
         let vm = vm.map(|vm| {
@@ -110,7 +167,7 @@ impl Classifier for CgroupClassifier {
             shared
         });
         drop(tables);
-        self.catalogue.forget(&[], &forgotten_vms);
+        self.catalogue.forget(&forgotten_containers, &forgotten_vms);
         let process_type = if vm.is_some() {
             ProcessType::Vm
         } else {

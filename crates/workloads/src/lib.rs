@@ -12,8 +12,10 @@
 
 mod cgroup;
 mod classifier;
+mod names;
 mod vm;
 
 pub use cgroup::container_from_cgroup_path;
 pub use classifier::CgroupClassifier;
+pub use names::{container_name_from_cmdline, container_name_from_environ, read_environ};
 pub use vm::vm_from_cmdline;

@@ -25,6 +25,10 @@ impl FromStr for GoDuration {
 }
 
 pub fn parse_duration(text: &str) -> Result<Duration, String> {
+    // Go writes and reads a zero duration as a bare `0`.
+    if text.trim() == "0" {
+        return Ok(Duration::ZERO);
+    }
     humantime::parse_duration(text.trim())
         .map_err(|e| format!("invalid duration {text:?} ({e}); use forms like 5s, 500ms, 1m30s"))
 }

@@ -13,6 +13,7 @@ pub struct GpuConfig {
     /// Idle watts of each device; unset = the lowest power seen with no compute process.
     pub idle_power: Option<f64>,
     /// A dcgm-exporter `/metrics` URL, for MIG instances.
+    #[serde(deserialize_with = "super::compat::empty_as_none")]
     pub dcgm_endpoint: Option<String>,
 }
 

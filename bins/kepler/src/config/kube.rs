@@ -11,7 +11,10 @@ use super::{closed_choice, GoDuration};
 #[serde(default, rename_all = "camelCase")]
 pub struct KubeConfig {
     pub enabled: bool,
+    /// `""` (upstream's files) means in-cluster.
+    #[serde(deserialize_with = "super::compat::empty_as_none")]
     pub config: Option<PathBuf>,
+    #[serde(deserialize_with = "super::compat::empty_as_none")]
     pub node_name: Option<String>,
     pub pod_informer: PodInformerConfig,
 }

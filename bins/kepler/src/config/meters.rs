@@ -114,6 +114,12 @@ impl IpmiConfig {
 #[derive(Clone, Debug, Default, Deserialize, PartialEq)]
 #[serde(default, rename_all = "camelCase")]
 pub struct HwmonConfig {
+    /// Upstream: use hwmon and skip RAPL detection; here hwmon goes first in the cpu chain.
+    pub force_enabled: bool,
+    /// Upstream v0.11.4's switch for hwmon. Accepted without effect: hwmon is always in this
+    /// agent's cpu chain after RAPL (`cpu.preferredMeters` decides), so a host without RAPL
+    /// still gets hwmon power whatever an old file says.
+    pub enabled: Option<bool>,
     pub zones: Vec<String>,
     pub chip_rules: Option<serde_yaml::Value>,
 }

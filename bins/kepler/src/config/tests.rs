@@ -175,8 +175,9 @@ fn closed_choices_parse_in_any_case() {
             "exporter:\n  prometheus:\n    metricsLevel: [NODE, Pod]\n",
             &|c| c.exporter.prometheus.metrics_level == node_pod,
         ),
+        // Upstream's ParseLevel: an empty list is every level.
         ("exporter:\n  prometheus:\n    metricsLevel: []\n", &|c| {
-            c.exporter.prometheus.metrics_level.is_empty()
+            c.exporter.prometheus.metrics_level == MetricsLevel::ALL
         }),
         ("cpu:\n  preferredMeters: [RAPL, Hwmon]\n", &|c| {
             cpu_chain(c) == ["rapl", "hwmon", "model"]
@@ -361,7 +362,7 @@ fn flags_override_the_file() {
 #[test]
 fn out_of_range_values_are_rejected_by_key() {
     for (yaml, key) in [
-        ("monitor:\n  interval: 0s\n", "monitor.interval"),
+        ("monitor:\n  interval: 50ms\n", "monitor.interval"),
         ("monitor:\n  maxTerminated: -2\n", "monitor.maxTerminated"),
         (
             "monitor:\n  minTerminatedEnergyThreshold: -1\n",
@@ -443,4 +444,116 @@ fn gpu_keys_reach_the_meter_settings() {
         err.to_string().contains("experimental.gpu.idlePower"),
         "{err}"
     );
+}
+
+#[test]
+fn upstream_only_keys_are_known_and_empty_strings_mean_unset() {
+    let c = valid(
+        "web:\n  configFile: \"\"\n  listenAddresses: [\":28282\"]\n\
+         kube:\n  enabled: false\n  config: \"\"\n  nodeName: \"\"\n\
+         exporter:\n  prometheus:\n    enabled: true\n    debugCollectors: [go, PROCESS]\n\
+         debug:\n  pprof:\n    enabled: false\n\
+         experimental:\n  hwmon:\n    enabled: false\n    forceEnabled: false\n    zones: []\n    chipRules: []\n\
+         \x20 gpu:\n    enabled: false\n    idlePower: 0\n    dcgmEndpoint: \"\"\n",
+    );
+    assert_eq!(c.web.config_file, None);
+    assert_eq!(c.kube.config, None);
+    assert_eq!(c.kube.node_name, None);
+    assert_eq!(
+        c.exporter.prometheus.debug_collectors,
+        [DebugCollector::Go, DebugCollector::Process]
+    );
+    assert_eq!(c.experimental.gpu.dcgm_endpoint, None);
+    assert!(c.not_implemented().is_empty(), "{:?}", c.not_implemented());
+    assert_eq!(
+        Config::default().exporter.prometheus.debug_collectors,
+        [DebugCollector::Go]
+    );
+
+    let c = valid(
+        "debug:\n  pprof:\n    enabled: true\n\
+         experimental:\n  hwmon:\n    chipRules:\n      - name: ina3221\n        useSameIndex: true\n\
+         \x20 gpu:\n    dcgmEndpoint: http://10.0.0.1:9400/metrics\n",
+    );
+    let warned = c.not_implemented().join(" ");
+    assert!(warned.contains("debug.pprof.enabled"), "{warned}");
+    assert!(warned.contains("chipRules"), "{warned}");
+    assert_eq!(
+        c.experimental.gpu.dcgm_endpoint.as_deref(),
+        Some("http://10.0.0.1:9400/metrics")
+    );
+    assert!(parse("exporter:\n  prometheus:\n    debugCollectors: [python]\n").is_err());
+}
+
+#[test]
+fn hwmon_force_enabled_puts_hwmon_first() {
+    let c = valid("experimental:\n  hwmon:\n    forceEnabled: true\n");
+    assert_eq!(cpu_chain(&c), ["hwmon", "rapl", "model"]);
+    let c = valid("experimental:\n  hwmon:\n    enabled: true\n");
+    assert_eq!(cpu_chain(&c), ["rapl", "hwmon", "model"]);
+}
+
+/// Upstream's own published files load with no unknown key, no error and no warning beyond
+/// the one for `debug.pprof.enabled: true` (hack/config.yaml).
+#[test]
+fn upstream_published_files_load_cleanly() {
+    for (name, text) in [
+        (
+            "hack-config.yaml",
+            include_str!("../../tests/upstream/hack-config.yaml"),
+        ),
+        (
+            "helm-values-config.yaml",
+            include_str!("../../tests/upstream/helm-values-config.yaml"),
+        ),
+        (
+            "k8s-configmap-config.yaml",
+            include_str!("../../tests/upstream/k8s-configmap-config.yaml"),
+        ),
+    ] {
+        let loaded = parse(text).unwrap_or_else(|e| panic!("{name}: {e}"));
+        assert!(
+            loaded.unknown_keys.is_empty(),
+            "{name}: {:?}",
+            loaded.unknown_keys
+        );
+        let c = loaded.config;
+        c.validate().unwrap_or_else(|e| panic!("{name}: {e}"));
+        assert_eq!(c.web.config_file, None, "{name}");
+        assert_eq!(c.kube.config, None, "{name}");
+        assert_eq!(
+            c.exporter.prometheus.metrics_level,
+            MetricsLevel::ALL,
+            "{name}"
+        );
+        let warned: Vec<_> = c
+            .not_implemented()
+            .into_iter()
+            .filter(|k| !k.starts_with("debug.pprof"))
+            .collect();
+        assert!(warned.is_empty(), "{name}: {warned:?}");
+    }
+}
+
+#[test]
+fn zero_interval_is_refresh_on_scrape() {
+    for yaml in [
+        "monitor:\n  interval: 0s\n",
+        "monitor:\n  interval: 0\n",
+        "monitor:\n  interval: \"0\"\n",
+    ] {
+        let c = valid(yaml);
+        assert!(c.monitor.interval.0.is_zero(), "{yaml}");
+    }
+}
+
+#[test]
+fn pods_need_kubernetes_or_our_key() {
+    assert!(
+        !Config::default().workloads.pod_ids(false),
+        "upstream: no pods without kube"
+    );
+    assert!(Config::default().workloads.pod_ids(true));
+    let c = valid("workloads:\n  podIdsFromCgroups: true\n");
+    assert!(c.workloads.pod_ids(false));
 }

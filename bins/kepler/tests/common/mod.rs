@@ -113,7 +113,8 @@ pub fn start_agent(args: &[&str]) -> (Proc, u16) {
         .arg(format!("--web.listen-address=127.0.0.1:{port}"))
         .args(args)
         .env("RUST_LOG", "info")
-        .stdout(Stdio::null())
+        // Logs go to stdout, as upstream's.
+        .stdout(Stdio::inherit())
         .stderr(Stdio::inherit())
         .spawn()
         .expect("start kepler");

@@ -91,7 +91,7 @@ impl ProcfsSource {
                 let mut info =
                     self.reader
                         .read_identity(pid_name, comm, flags & PF_KTHREAD != 0)?;
-                info.workload = self.classifier.classify(&info);
+                info.workload = self.classifier.classify_process(pid, &info);
                 let info = Arc::new(info);
                 self.cache.insert(
                     pid,

@@ -156,3 +156,58 @@ fn swept_vms_leave_the_catalogue() {
     let last = format!("00000000-0000-0000-0000-{:012}", 2 * MIN_SWEEP - 1);
     assert_eq!(catalogue.view().vm_name(&last), Some("g"));
 }
+
+#[test]
+fn container_names_come_from_the_environment_then_the_command_line() {
+    let procfs = tempfile::tempdir().unwrap();
+    for (pid, environ) in [
+        (10u32, &b"PATH=/bin\0HOSTNAME=web-0\0"[..]),
+        (11, b"PATH=/bin\0"),
+    ] {
+        std::fs::create_dir(procfs.path().join(pid.to_string())).unwrap();
+        std::fs::write(procfs.path().join(format!("{pid}/environ")), environ).unwrap();
+    }
+    let catalogue = Arc::new(Catalogue::new());
+    let c = CgroupClassifier::with_catalogue(catalogue.clone()).with_procfs(procfs.path());
+    c.classify_process(10, &info(&format!("/docker/{ID_A}"), &["nginx"]));
+    c.classify_process(
+        11,
+        &info(&format!("/docker/{ID_B}"), &["podman", "--name", "db"]),
+    );
+    let view = catalogue.view();
+    assert_eq!(view.container(ID_A).unwrap().name, "web-0");
+    assert_eq!(view.container(ID_B).unwrap().name, "db");
+    drop(view);
+
+    // A name known already (say from Kubernetes) is not read again nor replaced.
+    catalogue.set_container(
+        ID_A,
+        kepler_core::ContainerNames {
+            name: "from-kube".into(),
+            pod_id: None,
+        },
+        kepler_core::NameSource::Kubernetes,
+    );
+    c.classify_process(10, &info(&format!("/docker/{ID_A}"), &["nginx"]));
+    assert_eq!(catalogue.view().container(ID_A).unwrap().name, "from-kube");
+
+    // Without a procfs (the default), or outside a container, nothing is read or written.
+    let quiet = Arc::new(Catalogue::new());
+    let plain = CgroupClassifier::with_catalogue(quiet.clone());
+    plain.classify_process(10, &info(&format!("/docker/{ID_A}"), &["nginx"]));
+    assert!(quiet.view().container(ID_A).is_none());
+    let c = CgroupClassifier::with_catalogue(quiet.clone()).with_procfs(procfs.path());
+    c.classify_process(10, &info("/user.slice/session-1.scope", &["bash"]));
+    assert_eq!(quiet.generation(), 0);
+}
+
+#[test]
+fn without_pod_ids_containers_have_no_pod() {
+    let c = CgroupClassifier::new().without_pod_ids();
+    let container = c
+        .classify(&info(&pod_path(ID_A), &["nginx"]))
+        .container
+        .unwrap();
+    assert_eq!(container.id, ID_A);
+    assert_eq!(container.pod_id, None);
+}
