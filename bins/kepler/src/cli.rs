@@ -189,7 +189,7 @@ pub struct Cli {
         global = true
     )]
     pub gpu_idle_power: Option<f64>,
-    /// dcgm-exporter metrics URL (empty: auto-discover).
+    /// dcgm-exporter metrics URL, polled by the `dcgm` GPU meter (empty: none).
     #[arg(
         long = "experimental.gpu.dcgm-endpoint",
         value_name = "URL",

@@ -463,11 +463,6 @@ impl Config {
                 "kube.enabled (pod names and namespaces; pod ids still come from cgroup paths)",
             );
         }
-        if self.experimental.gpu.dcgm_endpoint.is_some() {
-            keys.push(
-                "experimental.gpu.dcgmEndpoint (MIG: dcgm-exporter text is parsed into per-instance zones, not yet polled)",
-            );
-        }
         if self.debug.pprof.enabled {
             keys.push("debug.pprof.enabled (Go profiles; profile this agent with perf instead)");
         }

@@ -160,7 +160,7 @@ mod tests {
             "  selected: rapl\nplatform (tried in order: redfish, ipmi, acpi):\n  redfish  not available  experimental.platform.redfish.enabled is false\n  ipmi     not available  ipmi.enabled is false\n  acpi     not available",
         );
         position("  msr      not available  [not in the chain] disabled (msr.enabled: false)");
-        let gpu = position("gpu (tried in order: fake-gpu, nvml, amdgpu):");
+        let gpu = position("gpu (tried in order: fake-gpu, dcgm, nvml, amdgpu):");
         let off = position("  nvml     not available  experimental.gpu.enabled is false");
         assert!(gpu < off, "{out}");
         assert!(out.ends_with("Selected meters: cpu: rapl\n"), "{out}");

@@ -166,14 +166,14 @@ const KEYS: &[(&str, &str, Status, &str)] = &[
         "experimental.gpu.enabled",
         "true",
         Same,
-        "the GPU domain: `nvml`, then `amdgpu`",
+        "the GPU domain: `dcgm` when `dcgmEndpoint` is set, then `nvml`, then `amdgpu`",
     ),
     ("experimental.gpu.idlePower", "0", Same, ""),
     (
         "experimental.gpu.dcgmEndpoint",
         "\"\"",
-        Differs,
-        "parsed into per-instance zones, not polled yet (warned when set)",
+        Same,
+        "the `dcgm` meter: polled, one zone per MIG instance; empty: no `dcgm` meter",
     ),
     ("dev.fake-cpu-meter.enabled", "true", Same, ""),
     ("dev.fake-cpu-meter.zones", "[package]", Same, ""),
@@ -243,7 +243,7 @@ const FLAGS: &[(&str, Option<&str>, Status, &str)] = &[
     (
         "--experimental.gpu.dcgm-endpoint",
         Some("http://10.0.0.1:9400/metrics"),
-        Differs,
+        Same,
         "as the key",
     ),
 ];

@@ -118,7 +118,9 @@ static ROWS: &[MeterRow] = &[
             )?))
         },
     },
-    // GPU chain: the scripted devices when `dev.fake-gpu` asks for them, then the vendors.
+    // GPU chain: the scripted devices when `dev.fake-gpu` asks for them, then dcgm-exporter
+    // (only with `dcgmEndpoint` set, so a configured endpoint wins over the local NVML, which
+    // cannot attribute MIG instances), then the vendors.
     MeterRow {
         name: gpu::fake::NAME,
         domain: PowerDomain::Gpu,
@@ -138,6 +140,11 @@ static ROWS: &[MeterRow] = &[
                 g.idle_power,
             )))
         },
+    },
+    MeterRow {
+        name: gpu::dcgm_poll::NAME,
+        domain: PowerDomain::Gpu,
+        open: |cx| Ok(Box::new(gpu::dcgm_poll::open(cx)?)),
     },
     MeterRow {
         name: gpu::nvml::NAME,
@@ -445,7 +452,7 @@ mod tests {
         let gpu: Vec<&str> = MeterName::of_domain(PowerDomain::Gpu)
             .map(MeterName::as_str)
             .collect();
-        assert_eq!(gpu, ["fake-gpu", "nvml", "amdgpu"]);
+        assert_eq!(gpu, ["fake-gpu", "dcgm", "nvml", "amdgpu"]);
         assert_eq!(MeterName::model().map(MeterName::as_str), Some(MODEL));
         assert_eq!(MeterName::fake().map(MeterName::as_str), Some(FAKE));
     }
@@ -456,7 +463,7 @@ mod tests {
         assert_eq!(err.name, "tpu");
         assert_eq!(
             err.to_string(),
-            "unknown meter \"tpu\" (known: rapl, msr, hwmon, fake, model, redfish, ipmi, acpi, fake-gpu, nvml, amdgpu)"
+            "unknown meter \"tpu\" (known: rapl, msr, hwmon, fake, model, redfish, ipmi, acpi, fake-gpu, dcgm, nvml, amdgpu)"
         );
     }
 }

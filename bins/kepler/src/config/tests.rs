@@ -318,7 +318,7 @@ fn ebpf_modes_parse_from_bools_and_words() {
 fn keys_without_an_implementation_are_reported() {
     let c = config("kube:\n  enabled: true\nexperimental:\n  gpu:\n    enabled: true\n");
     let keys = c.not_implemented();
-    // GPU meters are implemented; only the MIG endpoint is not polled yet.
+    // GPU meters are implemented, the MIG endpoint included (the `dcgm` meter).
     assert_eq!(keys.len(), 1, "{keys:?}");
     assert!(keys[0].starts_with("kube.enabled"));
     assert!(Config::default().not_implemented().is_empty());
@@ -478,6 +478,8 @@ fn upstream_only_keys_are_known_and_empty_strings_mean_unset() {
     let warned = c.not_implemented().join(" ");
     assert!(warned.contains("debug.pprof.enabled"), "{warned}");
     assert!(warned.contains("chipRules"), "{warned}");
+    // The `dcgm` meter polls it: nothing to warn about.
+    assert!(!warned.contains("dcgmEndpoint"), "{warned}");
     assert_eq!(
         c.experimental.gpu.dcgm_endpoint.as_deref(),
         Some("http://10.0.0.1:9400/metrics")

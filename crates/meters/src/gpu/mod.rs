@@ -8,11 +8,13 @@
 //!
 //! - [`nvml`]: NVIDIA through `libnvidia-ml.so.1`, loaded at run time;
 //! - [`amdgpu`]: AMD through the amdgpu hwmon files and `/proc/<pid>/fdinfo`;
-//! - [`dcgm`]: dcgm-exporter's text, for MIG instances;
+//! - [`dcgm`]: dcgm-exporter's text, for MIG instances, polled by [`dcgm_poll`] (a
+//!   [`crate::polled::PolledMeter`], not a [`GpuBackend`]: the exporter is remote and slow);
 //! - [`fake`]: scripted devices for tests and development (`dev.fake-gpu`).
 
 pub mod amdgpu;
 pub mod dcgm;
+pub mod dcgm_poll;
 pub mod fake;
 pub mod nvml;
 
