@@ -3,10 +3,10 @@
 //! `kepler_meters::model`.
 
 use kepler_core::{Background, Feature, Unavailable};
-use kepler_meters::{EstimatorSettings, ModelMeter, OutputChoice};
+use kepler_meters::{EstimatorSettings, ModelMeter};
 use kepler_sources::HostFacts;
 
-use crate::config::{Config, EstimatorOutput};
+use crate::config::Config;
 
 /// The estimator settings the config asks for.
 pub fn settings(config: &Config) -> Result<EstimatorSettings, Unavailable> {
@@ -15,11 +15,7 @@ pub fn settings(config: &Config) -> Result<EstimatorSettings, Unavailable> {
         model: est.model.parse()?,
         model_server_url: est.model_server_url.clone(),
         family: est.family.builtin(),
-        output: match est.output_type {
-            EstimatorOutput::Auto => OutputChoice::Auto,
-            EstimatorOutput::AbsPower => OutputChoice::Abs,
-            EstimatorOutput::DynPower => OutputChoice::Dyn,
-        },
+        output: est.output_type.choice(),
         trainer: est.trainer.clone(),
         refresh_period: est.refresh_period.0,
         cache_dir: est.cache_dir.clone(),

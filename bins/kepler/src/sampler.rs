@@ -96,10 +96,6 @@ impl Sampler {
         self
     }
 
-    pub fn meters(&self) -> impl Iterator<Item = &dyn PowerMeter> {
-        self.meters.iter().map(|s| s.meter.as_ref())
-    }
-
     /// Takes one sample and returns the snapshot of the interval since the previous one. The
     /// first call only sets baselines: its snapshot has usage but no energy.
     pub fn tick(&mut self) -> Result<PowerSnapshot, TickError> {

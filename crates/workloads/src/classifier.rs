@@ -91,10 +91,6 @@ impl CgroupClassifier {
             );
         }
     }
-
-    pub fn catalogue(&self) -> &Arc<Catalogue> {
-        &self.catalogue
-    }
 }
 
 impl std::fmt::Debug for CgroupClassifier {

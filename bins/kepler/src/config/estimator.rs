@@ -4,7 +4,7 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use kepler_meters::OutputType;
+use kepler_meters::OutputChoice;
 use kepler_models::builtin::BuiltinFamily;
 use serde::Deserialize;
 
@@ -44,12 +44,12 @@ closed_choice! {
 }
 
 impl EstimatorOutput {
-    /// The output type when configured; `None` for `auto`.
-    pub fn fixed(self) -> Option<OutputType> {
+    /// The estimation meter's choice for this setting.
+    pub fn choice(self) -> OutputChoice {
         match self {
-            EstimatorOutput::Auto => None,
-            EstimatorOutput::AbsPower => Some(OutputType::Abs),
-            EstimatorOutput::DynPower => Some(OutputType::Dyn),
+            EstimatorOutput::Auto => OutputChoice::Auto,
+            EstimatorOutput::AbsPower => OutputChoice::Abs,
+            EstimatorOutput::DynPower => OutputChoice::Dyn,
         }
     }
 }
