@@ -2,6 +2,8 @@
 //! backend behind the real `GpuMeter`, three devices (shared by two processes, used by one,
 //! idle), and the exported GPU families.
 
+mod scripted;
+
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -11,44 +13,7 @@ use kepler_exporters::{encode, ExportContext, Format};
 use kepler_meters::fake::{Clock, ManualClock};
 use kepler_meters::gpu::fake::{FakeDevice, FakeGpu};
 use kepler_meters::gpu::GpuMeter;
-
-/// pid 1 burns CPU only; pids 2 and 3 use the GPUs and little CPU.
-struct Usage {
-    step: u64,
-}
-
-impl UsageSource for Usage {
-    fn name(&self) -> &str {
-        "scripted"
-    }
-
-    fn snapshot(&mut self) -> Result<UsageSnapshot, ReadError> {
-        self.step += 1;
-        let s = self.step;
-        let process = |pid: u32, cpu_ms: u64| ProcessUsage {
-            key: ProcessKey {
-                pid,
-                start_time: Duration::from_secs(1),
-            },
-            cpu_time: Duration::from_millis(cpu_ms),
-            info: Arc::new(ProcessInfo {
-                comm: format!("p{pid}"),
-                ..ProcessInfo::default()
-            }),
-            exited: false,
-            counters: None,
-        };
-        Ok(UsageSnapshot {
-            uptime: Duration::from_secs(100 + s),
-            node: NodeCpuTimes {
-                total: Duration::from_secs(2 * (100 + s)),
-                idle: Duration::from_secs(2 * (100 + s) - s),
-                iowait: Duration::ZERO,
-            },
-            processes: vec![process(1, 900 * s), process(2, 10 * s), process(3, 10 * s)],
-        })
-    }
-}
+use scripted::{plain, ScriptedUsage};
 
 fn device(watts: f64, energy: bool, processes: Vec<(u32, Option<u64>)>) -> FakeDevice {
     FakeDevice {
@@ -77,7 +42,12 @@ fn fake_gpus_through_the_sampler_and_the_encoder() {
     let health = Health::new();
     let tick_clock = clock.clone();
     let mut sampler = Sampler::new(
-        Box::new(Usage { step: 0 }),
+        // pid 1 burns CPU only; pids 2 and 3 use the GPUs and little CPU.
+        Box::new(ScriptedUsage::new(vec![
+            (1, 900, plain(1)),
+            (2, 10, plain(2)),
+            (3, 10, plain(3)),
+        ])),
         meters,
         Attributor::new(AttributionConfig::default()),
         &health,

@@ -7,6 +7,7 @@
 #[path = "../../../crates/meters/tests/support/bmc.rs"]
 #[allow(dead_code)]
 mod bmc;
+mod scripted;
 
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -19,42 +20,7 @@ use kepler_agent::service::Service;
 use kepler_agent::setup;
 use kepler_core::*;
 use kepler_sources::HostFacts;
-
-/// Two processes that share the CPU 3:1, one second of uptime per tick.
-struct Usage(u64);
-
-impl UsageSource for Usage {
-    fn name(&self) -> &str {
-        "scripted"
-    }
-
-    fn snapshot(&mut self) -> Result<UsageSnapshot, ReadError> {
-        self.0 += 1;
-        let s = self.0;
-        let process = |pid: u32, cpu_ms: u64| ProcessUsage {
-            key: ProcessKey {
-                pid,
-                start_time: Duration::from_secs(1),
-            },
-            cpu_time: Duration::from_millis(cpu_ms),
-            info: Arc::new(ProcessInfo {
-                comm: format!("p{pid}"),
-                ..ProcessInfo::default()
-            }),
-            exited: false,
-            counters: None,
-        };
-        Ok(UsageSnapshot {
-            uptime: Duration::from_secs(100 + s),
-            node: NodeCpuTimes {
-                total: Duration::from_secs(2 * (100 + s)),
-                idle: Duration::from_secs(2 * (100 + s) - s),
-                iowait: Duration::ZERO,
-            },
-            processes: vec![process(1, 750 * s), process(2, 250 * s)],
-        })
-    }
-}
+use scripted::{plain, ScriptedUsage};
 
 fn config(bmc_file: &Path) -> Config {
     let yaml = format!(
@@ -115,7 +81,11 @@ fn platform_power_is_attributed_beside_cpu_and_a_lost_bmc_only_drops_its_zone() 
     let seconds = Arc::new(AtomicU64::new(0));
     let clock = seconds.clone();
     let mut sampler = Sampler::new(
-        Box::new(Usage(0)),
+        // Two processes that share the CPU 3:1.
+        Box::new(ScriptedUsage::new(vec![
+            (1, 750, plain(1)),
+            (2, 250, plain(2)),
+        ])),
         selection.meters,
         Attributor::new(AttributionConfig::default()),
         &health,

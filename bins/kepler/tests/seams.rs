@@ -3,6 +3,8 @@
 //! its own per-process shares), an identity catalogue that renames a container between two
 //! ticks, and an in-memory output behind the same trait as the Prometheus one.
 
+mod scripted;
+
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -10,58 +12,7 @@ use std::time::Duration;
 use kepler_agent::sampler::Sampler;
 use kepler_core::*;
 use kepler_exporters::{AgentStats, Output, OutputError, Publication};
-
-/// Usage that advances by a fixed script: pid 1 and 2 burn CPU, pid 3 uses the GPU only.
-struct ScriptedUsage {
-    step: u64,
-    container: Arc<ContainerId>,
-}
-
-impl UsageSource for ScriptedUsage {
-    fn name(&self) -> &str {
-        "scripted"
-    }
-
-    fn snapshot(&mut self) -> Result<UsageSnapshot, ReadError> {
-        self.step += 1;
-        let s = self.step;
-        let process = |pid: u32, cpu_ms: u64, container: Option<Arc<ContainerId>>| ProcessUsage {
-            key: ProcessKey {
-                pid,
-                start_time: Duration::from_secs(1),
-            },
-            cpu_time: Duration::from_millis(cpu_ms),
-            info: Arc::new(ProcessInfo {
-                comm: format!("p{pid}"),
-                workload: WorkloadIdentity {
-                    process_type: if container.is_some() {
-                        ProcessType::Container
-                    } else {
-                        ProcessType::Regular
-                    },
-                    container,
-                    vm: None,
-                },
-                ..ProcessInfo::default()
-            }),
-            exited: false,
-            counters: None,
-        };
-        Ok(UsageSnapshot {
-            uptime: Duration::from_secs(100 + s),
-            node: NodeCpuTimes {
-                total: Duration::from_secs(2 * (100 + s)),
-                idle: Duration::from_secs(2 * (100 + s) - s),
-                iowait: Duration::ZERO,
-            },
-            processes: vec![
-                process(1, 700 * s, Some(self.container.clone())),
-                process(2, 300 * s, None),
-                process(3, 0, None),
-            ],
-        })
-    }
-}
+use scripted::{plain, ScriptedUsage};
 
 /// A counter meter of one zone in `domain`, advancing `watts` per second of the shared clock;
 /// with `shares`, the meter also says how the zone's energy divides among pids.
@@ -143,7 +94,24 @@ fn two_domains_a_catalogue_and_an_in_memory_output() {
     ];
     let tick_clock = clock.clone();
     let mut sampler = Sampler::new(
-        Box::new(ScriptedUsage { step: 0, container }),
+        // pid 1 (in the container) and 2 burn CPU, pid 3 uses the GPU only.
+        Box::new(ScriptedUsage::new(vec![
+            (
+                1,
+                700,
+                Arc::new(ProcessInfo {
+                    comm: "p1".into(),
+                    workload: WorkloadIdentity {
+                        process_type: ProcessType::Container,
+                        container: Some(container),
+                        vm: None,
+                    },
+                    ..ProcessInfo::default()
+                }),
+            ),
+            (2, 300, plain(2)),
+            (3, 0, plain(3)),
+        ])),
         meters,
         Attributor::new(AttributionConfig::default()).with_catalogue(catalogue.clone()),
         &health,
