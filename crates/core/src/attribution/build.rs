@@ -16,9 +16,6 @@ impl Attributor {
             z.resize(zone_count, ZoneValue::default());
             z
         };
-        // A group created for its names but never credited (a pod the catalogue linked to a
-        // container that has not run since) has nothing to report.
-        let credited = |seen_tick: u64| seen_tick > 0;
         PowerSnapshot {
             tick: self.tick,
             interval,
@@ -67,7 +64,6 @@ impl Attributor {
             containers: self
                 .containers
                 .values()
-                .filter(|c| credited(c.seen_tick))
                 .map(|c| ContainerPower {
                     container: c.reference.joined.clone(),
                     state: c.state(),
@@ -78,7 +74,6 @@ impl Attributor {
             pods: self
                 .pods
                 .values()
-                .filter(|p| credited(p.seen_tick))
                 .map(|p| PodPower {
                     pod: p.reference.clone(),
                     state: p.state(),
@@ -88,7 +83,6 @@ impl Attributor {
             vms: self
                 .vms
                 .values()
-                .filter(|v| credited(v.seen_tick))
                 .map(|v| VmPower {
                     vm: v.reference.joined.clone(),
                     state: v.state(),

@@ -145,7 +145,7 @@ impl Attributor {
         let at = (interval, tick);
         for (_, GroupSum { ids, sum }) in sums.containers.drain() {
             let group = self.containers.entry(ids.id.clone()).or_insert_with(|| {
-                let joined = join_container(&ids, &view, None, &mut self.pods);
+                let joined = join_container(&ids, &view, None, &self.pods);
                 Workload::new(ContainerGroup { ids, joined })
             });
             add_tick(group, &sum, at);
@@ -187,7 +187,7 @@ impl Attributor {
         }
         for container in self.containers.values_mut() {
             let group = &mut container.reference;
-            let joined = join_container(&group.ids, view, Some(&group.joined), &mut self.pods);
+            let joined = join_container(&group.ids, view, Some(&group.joined), &self.pods);
             if joined != group.joined {
                 group.joined = joined;
             }
@@ -218,13 +218,13 @@ fn join_pod(id: &str, view: &CatalogueView<'_>, previous: Option<&Arc<PodRef>>) 
     })
 }
 
-/// The container's names, and its pod's (the pod group is created on first sight so that
-/// the container and the pod share one `PodRef`).
+/// The container's names, and its pod's (shared with the pod group when it exists; the pod
+/// group itself is made when the pod is first credited).
 fn join_container(
     ids: &ContainerId,
     view: &CatalogueView<'_>,
     previous: Option<&Arc<ContainerRef>>,
-    pods: &mut FastMap<String, Workload<Arc<PodRef>>>,
+    pods: &FastMap<String, Workload<Arc<PodRef>>>,
 ) -> Arc<ContainerRef> {
     let names = view.container(&ids.id);
     let name = match (names, previous) {
@@ -236,11 +236,9 @@ fn join_container(
         .and_then(|n| n.pod_id.clone())
         .or_else(|| ids.pod_id.clone())
         .or_else(|| previous.and_then(|p| p.pod.as_ref().map(|pod| pod.id.clone())));
-    let pod = pod_id.map(|pod_id| {
-        pods.entry(pod_id)
-            .or_insert_with_key(|id| Workload::new(join_pod(id, view, None)))
-            .reference
-            .clone()
+    let pod = pod_id.map(|pod_id| match pods.get(&pod_id) {
+        Some(group) => group.reference.clone(),
+        None => join_pod(&pod_id, view, None),
     });
     let joined = ContainerRef {
         id: ids.id.clone(),
