@@ -12,7 +12,7 @@ use kepler_core::{
 use kepler_exporters::on_demand::Wait;
 use kepler_exporters::{
     AgentState, AgentStats, EbpfCounts, ExportContext, Output, ProcessStats, PrometheusOutput,
-    Publication, Readiness, RefreshOnScrape, Routes, SelfCollectors, StdoutOutput,
+    Publication, Readiness, RefreshOnScrape, Routes, SelfCollectors, SelfReader, StdoutOutput,
 };
 use kepler_http::shutdown_signal;
 use kepler_sources::HostFacts;
@@ -110,7 +110,7 @@ pub fn run(config: Config) -> Result<()> {
         sampler,
         outputs,
         ebpf_stats,
-        self_collectors,
+        own_process: own_process_reader(self_collectors),
         ticks: 0,
     };
     // `monitor.interval: 0` is upstream's refresh-on-scrape mode, bounded by `staleness`.
@@ -188,10 +188,25 @@ fn self_collectors(config: &Config) -> SelfCollectors {
     }
 }
 
-/// The agent's own process, read once per tick. Always the agent's own `/proc`, not
-/// `host.procfs`: in a container that is the host's, where `self` may not be this process.
-fn own_process() -> Option<ProcessStats> {
-    match ProcessStats::read_self(std::path::Path::new("/proc")) {
+/// The reader of the agent's own process when a debug collector wants it. Always the agent's
+/// own `/proc`, not `host.procfs`: in a container that is the host's, where `self` may not be
+/// this process.
+fn own_process_reader(collectors: SelfCollectors) -> Option<SelfReader> {
+    if !collectors.any() {
+        return None;
+    }
+    match SelfReader::new(std::path::Path::new("/proc")) {
+        Ok(reader) => Some(reader),
+        Err(e) => {
+            warn!(error = %e, "cannot read /proc; process_* metrics are not exported");
+            None
+        }
+    }
+}
+
+/// The agent's own process, read once per tick.
+fn own_process(reader: &SelfReader) -> Option<ProcessStats> {
+    match reader.read() {
         Ok(stats) => Some(stats),
         Err(e) => {
             tracing::debug!(error = %e, "reading /proc/self; process_* metrics skipped this tick");
@@ -222,7 +237,7 @@ struct Ticker {
     sampler: Sampler,
     outputs: Vec<(Box<dyn Output>, Arc<ComponentHealth>)>,
     ebpf_stats: Option<Arc<kepler_ebpf::EbpfStats>>,
-    self_collectors: SelfCollectors,
+    own_process: Option<SelfReader>,
     ticks: u64,
 }
 
@@ -241,7 +256,7 @@ impl Ticker {
                             dropped: s.dropped(),
                             tracked: s.tracked_processes.load(Ordering::Relaxed),
                         }),
-                        process: self.self_collectors.any().then(own_process).flatten(),
+                        process: self.own_process.as_ref().and_then(own_process),
                     },
                     has_energy: self.sampler.had_energy(),
                 };

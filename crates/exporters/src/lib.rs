@@ -52,5 +52,5 @@ pub use on_demand::RefreshOnScrape;
 pub use outputs::{Output, OutputError, PrometheusOutput, Publication, StdoutOutput};
 pub use registry::{metrics_markdown, Desc, Describe, MetricType};
 pub use routes::{router, router_with, Routes};
-pub use self_process::{ProcessStats, SelfCollectors};
+pub use self_process::{ProcessStats, SelfCollectors, SelfReader};
 pub use state::{AgentState, Readiness};

@@ -34,30 +34,61 @@ pub struct ProcessStats {
     pub threads: u64,
 }
 
-impl ProcessStats {
+/// Reads the agent's own process once per tick. The boot time and the clock tick rate do not
+/// change while the agent runs, so they are read once, not every tick.
+#[derive(Debug)]
+pub struct SelfReader {
+    me: std::path::PathBuf,
+    boot_time: u64,
+    ticks_per_second: f64,
+}
+
+impl SelfReader {
     /// Reads the calling process from `procfs` (the agent's own `/proc`, not the host's).
-    pub fn read_self(procfs: &Path) -> io::Result<ProcessStats> {
-        let me = procfs.join("self");
+    pub fn new(procfs: &Path) -> io::Result<SelfReader> {
+        let boot_time = parse_boot_time(&fs::read_to_string(procfs.join("stat"))?)
+            .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidData, "no btime in /proc/stat"))?;
+        // SAFETY: sysconf only reads a constant of the C library.
+        let ticks = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
+        Ok(SelfReader {
+            me: procfs.join("self"),
+            boot_time,
+            ticks_per_second: if ticks > 0 { ticks as f64 } else { 100.0 },
+        })
+    }
+
+    pub fn read(&self) -> io::Result<ProcessStats> {
+        let me = &self.me;
         let stat = fs::read_to_string(me.join("stat"))?;
         let status = fs::read_to_string(me.join("status"))?;
         let limits = fs::read_to_string(me.join("limits"))?;
-        let proc_stat = fs::read_to_string(procfs.join("stat"))?;
         let open_fds = fs::read_dir(me.join("fd"))?.count() as u64;
-        // SAFETY: sysconf only reads a constant of the C library.
-        let ticks = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
-        let ticks = if ticks > 0 { ticks as f64 } else { 100.0 };
-        parse(&stat, &status, &limits, &proc_stat, ticks, open_fds).ok_or_else(|| {
-            io::Error::new(io::ErrorKind::InvalidData, "unexpected /proc/self format")
-        })
+        parse(
+            &stat,
+            &status,
+            &limits,
+            self.boot_time,
+            self.ticks_per_second,
+            open_fds,
+        )
+        .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidData, "unexpected /proc/self format"))
     }
 }
 
-/// Parses the files `read_self` read; `None` if a field is missing.
+/// The boot time (Unix seconds) from `/proc/stat`'s `btime` line.
+pub fn parse_boot_time(proc_stat: &str) -> Option<u64> {
+    proc_stat
+        .lines()
+        .find_map(|l| l.strip_prefix("btime "))
+        .and_then(|v| v.trim().parse::<u64>().ok())
+}
+
+/// Parses the files [`SelfReader::read`] reads; `None` if a field is missing.
 pub fn parse(
     stat: &str,
     status: &str,
     limits: &str,
-    proc_stat: &str,
+    boot_time: u64,
     ticks_per_second: f64,
     open_fds: u64,
 ) -> Option<ProcessStats> {
@@ -75,10 +106,6 @@ pub fn parse(
             .and_then(|v| v.split_whitespace().next())
             .and_then(|v| v.parse::<u64>().ok())
     };
-    let boot_time = proc_stat
-        .lines()
-        .find_map(|l| l.strip_prefix("btime "))
-        .and_then(|v| v.trim().parse::<u64>().ok())?;
     let max_fds = limits
         .lines()
         .find_map(|l| l.strip_prefix("Max open files"))
@@ -107,7 +134,8 @@ mod tests {
 
     #[test]
     fn parses_the_standard_process_facts() {
-        let s = parse(STAT, STATUS, LIMITS, PROC_STAT, 100.0, 9).unwrap();
+        let boot = parse_boot_time(PROC_STAT).unwrap();
+        let s = parse(STAT, STATUS, LIMITS, boot, 100.0, 9).unwrap();
         assert_eq!(s.cpu_seconds, 3.8);
         assert_eq!(s.resident_memory_bytes, 12000 * 1024);
         assert_eq!(s.virtual_memory_bytes, 97656 * 1024);
@@ -119,14 +147,14 @@ mod tests {
 
     #[test]
     fn missing_fields_are_none_not_zero() {
-        assert!(parse("1 (x) S 1 2", STATUS, LIMITS, PROC_STAT, 100.0, 0).is_none());
-        assert!(parse(STAT, STATUS, LIMITS, "cpu 1\n", 100.0, 0).is_none());
-        assert!(parse(STAT, STATUS, "", PROC_STAT, 100.0, 0).is_none());
+        assert!(parse("1 (x) S 1 2", STATUS, LIMITS, 1, 100.0, 0).is_none());
+        assert!(parse_boot_time("cpu 1\n").is_none());
+        assert!(parse(STAT, STATUS, "", 1, 100.0, 0).is_none());
     }
 
     #[test]
     fn reads_this_process() {
-        let s = ProcessStats::read_self(Path::new("/proc")).unwrap();
+        let s = SelfReader::new(Path::new("/proc")).unwrap().read().unwrap();
         assert!(s.threads >= 1 && s.resident_memory_bytes > 0 && s.open_fds > 0);
         assert!(s.max_fds >= s.open_fds && s.start_time_seconds > 1.0e9);
     }
