@@ -199,7 +199,6 @@ struct ZoneSum {
     energy: Option<MicroJoules>,
     paths: Vec<Arc<str>>,
     shares: Option<ProcessShares>,
-    has_shares: bool,
     idle: Option<MicroJoules>,
     device: Option<Arc<DeviceInfo>>,
 }
@@ -242,7 +241,6 @@ pub fn zone_energies(
                 energy: Some(MicroJoules::ZERO),
                 paths: Vec::new(),
                 shares: None,
-                has_shares: false,
                 idle: None,
                 device: None,
             }
@@ -257,7 +255,6 @@ pub fn zone_energies(
         }
         entry.paths.push(reading.path.clone());
         if let Some(shares) = &reading.shares {
-            entry.has_shares = true;
             entry.shares = Some(shares.clone());
         }
         match delta {
@@ -277,7 +274,7 @@ pub fn zone_energies(
         .into_iter()
         .filter_map(|zone| {
             let sum = sums.remove(&zone)?;
-            if sum.has_shares && sum.paths.len() > 1 {
+            if sum.shares.is_some() && sum.paths.len() > 1 {
                 issues.push(DeltaIssue::SharesNotSummable { zone });
                 return None;
             }
