@@ -315,6 +315,19 @@ mod tests {
         }
     }
 
+    /// What `check` finds once it finds something; a poller that never delivers fails the test
+    /// (after a minute) instead of hanging it.
+    fn eventually<T>(what: &str, mut check: impl FnMut() -> Option<T>) -> T {
+        let deadline = std::time::Instant::now() + Duration::from_secs(60);
+        loop {
+            if let Some(found) = check() {
+                return found;
+            }
+            assert!(std::time::Instant::now() < deadline, "never saw {what}");
+            std::thread::yield_now();
+        }
+    }
+
     fn read(meter: &mut PolledMeter) -> Result<Vec<ZoneReading>, ReadError> {
         let mut out = Vec::new();
         meter.read(&MeterInput::default(), &mut out).map(|()| out)
@@ -344,12 +357,7 @@ mod tests {
             .to_string()
             .contains("no reading yet"));
         answers.send(Ok(250.0)).unwrap();
-        let readings = loop {
-            if let Ok(r) = read(&mut meter) {
-                break r;
-            }
-            std::thread::yield_now();
-        };
+        let readings = eventually("a reading", || read(&mut meter).ok());
         assert_eq!(
             readings[0].sample,
             kepler_core::ZoneSample::Power(Watts(250.0))
@@ -358,9 +366,9 @@ mod tests {
         // A failure is counted by the poller's health; the cached answer is still fresh.
         answers.send(Err("timeout".into())).unwrap();
         let component = &health.components()[0];
-        while component.errors() == 0 {
-            std::thread::yield_now();
-        }
+        eventually("a counted failure", || {
+            (component.errors() > 0).then_some(())
+        });
         assert!(!component.is_up());
         assert!(read(&mut meter).is_ok());
         stop.stop();
@@ -389,12 +397,12 @@ mod tests {
             let stop = stop.clone();
             std::thread::spawn(move || poller.run(stop))
         };
-        let error = loop {
-            match read(&mut meter) {
-                Err(e) if e.to_string().contains("old") => break e.to_string(),
-                _ => std::thread::yield_now(),
-            }
-        };
+        let error = eventually("a stale reading", || {
+            read(&mut meter)
+                .err()
+                .map(|e| e.to_string())
+                .filter(|e| e.contains("old"))
+        });
         assert!(error.contains("staleness limit"), "{error}");
         stop.stop();
         thread.join().unwrap();
