@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use kepler_exporters::{router, AgentState, AgentStats, Format, Readiness};
 use kepler_http::{HttpError, Server, WebConfig};
-use reqwest::header::{ACCEPT, CONTENT_TYPE, WWW_AUTHENTICATE};
+use reqwest::header::{ACCEPT, CONTENT_TYPE};
 use reqwest::StatusCode;
 use tokio::sync::oneshot;
 
@@ -197,15 +197,15 @@ fn web_config(dir: &Path, yaml: &str) -> WebConfig {
     WebConfig::load(&path).unwrap()
 }
 
+/// The agent's endpoints sit behind the web config's basic auth; how auth itself behaves
+/// (wrong users and passwords, the verification cache, headers) is kepler-http's to test.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn basic_auth_guards_every_endpoint() {
     let dir = tempfile::tempdir().unwrap();
     let hash = bcrypt::hash("s3cret", 4).unwrap();
     let web = web_config(
         dir.path(),
-        &format!(
-            "basic_auth_users:\n  alice: '{hash}'\nhttp_server_config:\n  headers:\n    X-Content-Type-Options: nosniff\n"
-        ),
+        &format!("basic_auth_users:\n  alice: '{hash}'\n"),
     );
     let srv = start(Some(web)).await;
     publish(&srv.state);
@@ -218,44 +218,13 @@ async fn basic_auth_guards_every_endpoint() {
             StatusCode::UNAUTHORIZED,
             "{path} without credentials"
         );
-        assert!(r.headers()[WWW_AUTHENTICATE]
-            .to_str()
-            .unwrap()
-            .starts_with("Basic"));
-        assert_eq!(r.headers()["x-content-type-options"], "nosniff");
-
-        for (user, pass) in [("alice", "wrong"), ("bob", "s3cret"), ("alice", "")] {
-            let r = c
-                .get(&url)
-                .basic_auth(user, Some(pass))
-                .send()
-                .await
-                .unwrap();
-            assert_eq!(
-                r.status(),
-                StatusCode::UNAUTHORIZED,
-                "{path} as {user}:{pass}"
-            );
-        }
-        // Twice: the second check is answered from the cache.
-        for _ in 0..2 {
-            let r = c
-                .get(&url)
-                .basic_auth("alice", Some("s3cret"))
-                .send()
-                .await
-                .unwrap();
-            assert_eq!(r.status(), StatusCode::OK, "{path} with credentials");
-            assert_eq!(r.headers()["x-content-type-options"], "nosniff");
-        }
+        let r = c
+            .get(&url)
+            .basic_auth("alice", Some("s3cret"))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), StatusCode::OK, "{path} with credentials");
     }
-    // A cached success must not leak to another password.
-    let r = c
-        .get(format!("http://{}/metrics", srv.addr))
-        .basic_auth("alice", Some("s3cret2"))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(r.status(), StatusCode::UNAUTHORIZED);
     srv.stop().await;
 }
