@@ -2,6 +2,8 @@
 //! tests/data/dcgm-exporter-mig.txt (or an error status, or garbage), and the meter's poller
 //! runs on a thread under a stop signal as the agent's service would run it.
 
+mod support;
+
 use std::io::{BufRead, BufReader, Write};
 use std::net::{TcpListener, TcpStream};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -9,12 +11,13 @@ use std::sync::{mpsc, Arc, Mutex};
 use std::time::Duration;
 
 use kepler_core::{
-    Background, Health, MeterInput, PowerDomain, PowerMeter, StopSignal, Unavailable, Watts,
-    ZoneReading, ZoneSample,
+    Background, Health, PowerDomain, PowerMeter, StopSignal, Unavailable, Watts, ZoneReading,
+    ZoneSample,
 };
 use kepler_meters::gpu::GpuSettings;
 use kepler_meters::registry::{chains, select};
 use kepler_meters::{MeterName, MeterSettings, OpenContext};
+use support::read_until;
 
 const SAMPLE: &str = include_str!("data/dcgm-exporter-mig.txt");
 
@@ -163,29 +166,6 @@ fn open(
         ..OpenContext::new(settings)
     };
     "dcgm".parse::<MeterName>().unwrap().open(&cx)
-}
-
-fn read(meter: &mut dyn PowerMeter) -> Result<Vec<ZoneReading>, String> {
-    let mut out = Vec::new();
-    meter
-        .read(&MeterInput::default(), &mut out)
-        .map(|()| out)
-        .map_err(|e| e.to_string())
-}
-
-/// Reads until `done` holds (the poller runs on its own thread); bounded at about 30 s.
-fn read_until(
-    meter: &mut dyn PowerMeter,
-    done: impl Fn(&Result<Vec<ZoneReading>, String>) -> bool,
-) -> Result<Vec<ZoneReading>, String> {
-    for _ in 0..3000 {
-        let r = read(meter);
-        if done(&r) {
-            return r;
-        }
-        std::thread::sleep(Duration::from_millis(10));
-    }
-    panic!("condition never met; last read: {:?}", read(meter));
 }
 
 fn watts(r: &ZoneReading) -> f64 {

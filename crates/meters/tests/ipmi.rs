@@ -83,15 +83,7 @@ fn open(settings: &MeterSettings) -> (Result<Box<dyn PowerMeter>, Unavailable>, 
         ..OpenContext::new(settings)
     };
     let meter = "ipmi".parse::<MeterName>().unwrap().open(&cx);
-    // What the agent's service does with the poller the meter left behind.
-    for task in background.take() {
-        let stop = stop.clone();
-        let component = health.register(task.kind(), task.component());
-        std::thread::Builder::new()
-            .name(task.thread_name().to_string())
-            .spawn(move || task.run(stop, component))
-            .unwrap();
-    }
+    support::run_background(&background, &health, &stop);
     (meter, threads)
 }
 

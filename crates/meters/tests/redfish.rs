@@ -9,11 +9,12 @@ use std::path::Path;
 use std::time::Duration;
 
 use kepler_core::{
-    Background, ComponentKind, Health, MeterInput, PowerDomain, PowerMeter, StopSignal,
-    Unavailable, ZoneReading, ZoneSample,
+    Background, ComponentKind, Health, PowerDomain, PowerMeter, StopSignal, Unavailable,
+    ZoneReading, ZoneSample,
 };
 use kepler_meters::{MeterName, MeterSettings, OpenContext, RedfishSettings};
 use support::bmc::{FakeBmc, Mode, PASSWORD};
+use support::{read, read_until};
 
 const NODE: &str = "node-a";
 
@@ -54,39 +55,8 @@ fn open(
         ..OpenContext::new(settings)
     };
     let meter = "redfish".parse::<MeterName>().unwrap().open(&cx);
-    // What the agent's service does with the poller the meter left behind.
-    for task in background.take() {
-        let stop = stop.clone();
-        let component = health.register(task.kind(), task.component());
-        std::thread::Builder::new()
-            .name(task.thread_name().to_string())
-            .spawn(move || task.run(stop, component))
-            .unwrap();
-    }
+    support::run_background(&background, health, &stop);
     (meter, threads)
-}
-
-fn read(meter: &mut dyn PowerMeter) -> Result<Vec<ZoneReading>, String> {
-    let mut out = Vec::new();
-    meter
-        .read(&MeterInput::default(), &mut out)
-        .map(|()| out)
-        .map_err(|e| e.to_string())
-}
-
-/// Reads until `done` holds (the poller runs on its own thread); bounded at about 30 s.
-fn read_until(
-    meter: &mut dyn PowerMeter,
-    done: impl Fn(&Result<Vec<ZoneReading>, String>) -> bool,
-) -> Result<Vec<ZoneReading>, String> {
-    for _ in 0..3000 {
-        let r = read(meter);
-        if done(&r) {
-            return r;
-        }
-        std::thread::sleep(Duration::from_millis(10));
-    }
-    panic!("condition never met; last read: {:?}", read(meter));
 }
 
 fn watts(readings: &[ZoneReading]) -> f64 {
