@@ -29,3 +29,12 @@ if [ ! -x "$root/.venv-sushy/bin/sushy-static" ]; then
   python3 -m venv "$root/.venv-sushy"
   "$root/.venv-sushy/bin/pip" install -q sushy-tools
 fi
+# Helm (its Go library, shipped in the helm-sdkpy wheel; no registry here ships the CLI) and
+# the Kubernetes schemas, for deploy/helm/render.py and bins/kepler/tests/helm_chart.rs. The
+# wheel declares Python >= 3.12 for its bindings, which render.py does not use (it loads the
+# library with ctypes), so it installs on Debian 12's 3.11 without its dependencies.
+if ! "$root/.venv-helm/bin/python" -c 'import kubernetes_validate, yaml, importlib.util as u; assert u.find_spec("helm_sdkpy")' 2>/dev/null; then
+  python3 -m venv "$root/.venv-helm"
+  "$root/.venv-helm/bin/pip" install -q kubernetes-validate==1.37.0 PyYAML==6.0.4
+  "$root/.venv-helm/bin/pip" install -q --no-deps --ignore-requires-python helm-sdkpy==0.1.32
+fi

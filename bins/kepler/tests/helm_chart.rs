@@ -51,7 +51,10 @@ fn assert_upstream_daemonset_facts(objects: &[Value]) {
     }
     assert_eq!(c["ports"][0]["name"].as_str(), Some("http"));
     assert_eq!(c["ports"][0]["containerPort"].as_u64(), Some(28282));
-    for (name, mount, host) in [("sysfs", "/host/sys", "/sys"), ("procfs", "/host/proc", "/proc")] {
+    for (name, mount, host) in [
+        ("sysfs", "/host/sys", "/sys"),
+        ("procfs", "/host/proc", "/proc"),
+    ] {
         let m = c["volumeMounts"]
             .as_sequence()
             .and_then(|v| v.iter().find(|m| m["name"].as_str() == Some(name)))
@@ -68,7 +71,10 @@ fn assert_upstream_daemonset_facts(objects: &[Value]) {
     let role = find(objects, "ClusterRole", None);
     let resources = strings(&role["rules"][0]["resources"]);
     for r in ["pods", "nodes", "nodes/proxy"] {
-        assert!(resources.contains(&r.to_string()), "{r} not in {resources:?}");
+        assert!(
+            resources.contains(&r.to_string()),
+            "{r} not in {resources:?}"
+        );
     }
     let name = find(objects, "DaemonSet", None)["metadata"]["name"].as_str();
     let service = find(objects, "Service", name);
@@ -91,7 +97,14 @@ fn default_values_render_valid_objects_with_upstreams_facts_and_our_probes() {
     let objects = objects(&render(&chart_dir(), &[], &[]));
     assert_eq!(
         kinds(&objects),
-        ["ClusterRole", "ClusterRoleBinding", "ConfigMap", "DaemonSet", "Service", "ServiceAccount"]
+        [
+            "ClusterRole",
+            "ClusterRoleBinding",
+            "ConfigMap",
+            "DaemonSet",
+            "Service",
+            "ServiceAccount"
+        ]
     );
     assert_upstream_daemonset_facts(&objects);
     let c = agent_container(&objects);
@@ -230,13 +243,30 @@ fn every_option_renders_valid_objects() {
     assert_eq!(
         kinds(&objects),
         [
-            "ClusterRole", "ClusterRoleBinding", "ConfigMap", "DaemonSet", "Deployment",
-            "Namespace", "NetworkPolicy", "PrometheusRule", "Secret", "Secret", "Service",
-            "Service", "ServiceAccount", "ServiceMonitor"
+            "ClusterRole",
+            "ClusterRoleBinding",
+            "ConfigMap",
+            "DaemonSet",
+            "Deployment",
+            "Namespace",
+            "NetworkPolicy",
+            "PrometheusRule",
+            "Secret",
+            "Secret",
+            "Service",
+            "Service",
+            "ServiceAccount",
+            "ServiceMonitor"
         ]
     );
-    for o in objects.iter().filter(|o| o["kind"].as_str() != Some("Namespace")) {
-        let cluster_wide = matches!(o["kind"].as_str(), Some("ClusterRole" | "ClusterRoleBinding"));
+    for o in objects
+        .iter()
+        .filter(|o| o["kind"].as_str() != Some("Namespace"))
+    {
+        let cluster_wide = matches!(
+            o["kind"].as_str(),
+            Some("ClusterRole" | "ClusterRoleBinding")
+        );
         let ns = o["metadata"]["namespace"].as_str();
         assert_eq!(ns, (!cluster_wide).then_some("power"), "{o:?}");
     }
@@ -246,16 +276,27 @@ fn every_option_renders_valid_objects() {
     let sc = &c["securityContext"];
     assert_eq!(sc["privileged"].as_bool(), Some(false));
     assert_eq!(strings(&sc["capabilities"]["drop"]), ["ALL"]);
-    assert_eq!(strings(&sc["capabilities"]["add"]), ["BPF", "PERFMON", "SYS_PTRACE"]);
-    assert!(strings(&c["args"]).contains(&"--web.config-file=/etc/kepler/web/web-config.yaml".into()));
+    assert_eq!(
+        strings(&sc["capabilities"]["add"]),
+        ["BPF", "PERFMON", "SYS_PTRACE"]
+    );
+    assert!(
+        strings(&c["args"]).contains(&"--web.config-file=/etc/kepler/web/web-config.yaml".into())
+    );
     // Basic auth guards every path, so the probes check the port.
-    assert_eq!(c["livenessProbe"]["tcpSocket"]["port"].as_str(), Some("http"));
+    assert_eq!(
+        c["livenessProbe"]["tcpSocket"]["port"].as_str(),
+        Some("http")
+    );
     assert!(c["livenessProbe"]["httpGet"].is_null());
 
     let web = find(&objects, "Secret", Some("kepler-web-config"));
     let web: Value = serde_yaml::from_str(web["stringData"]["web-config.yaml"].as_str().unwrap())
         .expect("web config parses");
-    assert_eq!(web["tls_server_config"]["cert_file"].as_str(), Some("/etc/kepler/tls/tls.crt"));
+    assert_eq!(
+        web["tls_server_config"]["cert_file"].as_str(),
+        Some("/etc/kepler/tls/tls.crt")
+    );
     assert_eq!(web["basic_auth_users"]["prom"].as_str(), Some("$2y$10$abc"));
     let tls = find(&objects, "Secret", Some("kepler-tls"));
     assert_eq!(tls["type"].as_str(), Some("kubernetes.io/tls"));
@@ -282,6 +323,36 @@ fn every_option_renders_valid_objects() {
     let rule = find(&objects, "PrometheusRule", None);
     let file: Value = serde_yaml::from_str(RULES).expect("rules parse");
     assert_eq!(rule["spec"]["groups"], file["groups"]);
+    promtool_accepts(&rule["spec"]);
+}
+
+/// The PrometheusRule's spec is a rules file Prometheus loads.
+fn promtool_accepts(spec: &Value) {
+    let found = std::process::Command::new("promtool")
+        .arg("--version")
+        .output();
+    if found.is_err() {
+        assert!(
+            std::env::var("KEPLER_REQUIRE_TOOLS").as_deref() != Ok("1"),
+            "promtool not installed (KEPLER_REQUIRE_TOOLS=1)"
+        );
+        eprintln!("SKIP promtool check: promtool not installed");
+        return;
+    }
+    let dir = tempfile::tempdir().expect("tempdir");
+    let file = dir.path().join("rules.yaml");
+    std::fs::write(&file, serde_yaml::to_string(spec).expect("yaml")).expect("write rules");
+    let out = std::process::Command::new("promtool")
+        .args(["check", "rules"])
+        .arg(&file)
+        .output()
+        .expect("run promtool");
+    assert!(
+        out.status.success(),
+        "promtool: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
 }
 
 #[test]
@@ -292,14 +363,17 @@ fn tls_without_basic_auth_probes_over_https() {
     let set = r#"{"tls": {"enabled": true, "existingSecret": "my-cert"}}"#;
     let objects = objects(&render(&chart_dir(), &[], &[set]));
     let c = agent_container(&objects);
-    assert_eq!(c["readinessProbe"]["httpGet"]["scheme"].as_str(), Some("HTTPS"));
+    assert_eq!(
+        c["readinessProbe"]["httpGet"]["scheme"].as_str(),
+        Some("HTTPS")
+    );
     assert_eq!(probe_path(c, "readinessProbe"), "/readyz");
     // The chart writes only the web config; the certificate is the user's Secret.
     assert_eq!(kinds(&objects).iter().filter(|k| *k == "Secret").count(), 1);
     let pod = &find(&objects, "DaemonSet", None)["spec"]["template"]["spec"];
-    assert!(pod["volumes"]
-        .as_sequence()
-        .is_some_and(|v| v.iter().any(|v| v["secret"]["secretName"].as_str() == Some("my-cert"))));
+    assert!(pod["volumes"].as_sequence().is_some_and(|v| v
+        .iter()
+        .any(|v| v["secret"]["secretName"].as_str() == Some("my-cert"))));
 }
 
 #[test]
@@ -307,15 +381,34 @@ fn incomplete_options_are_refused_with_a_reason() {
     if !have_renderer() {
         return;
     }
+    // Values Helm renders but the API server would refuse are caught by the schemas.
+    let err = try_render(
+        &chart_dir(),
+        &[],
+        &[r#"{"daemonset": {"resources": {"limit": {}}}}"#],
+    )
+    .expect_err("a misspelt resources key");
+    assert!(
+        err.contains("DaemonSet/kepler") && err.contains("'limit'"),
+        "{err}"
+    );
     let err = try_render(&chart_dir(), &[], &[r#"{"tls": {"enabled": true}}"#])
         .expect_err("TLS without a certificate");
     assert!(err.contains("tls.existingSecret"), "{err}");
     let chart = chart_copy_with_rules(None);
-    let err = try_render(&chart.path().join("kepler"), &[], &[r#"{"prometheusRule": {"enabled": true}}"#])
-        .expect_err("PrometheusRule without rules");
+    let err = try_render(
+        &chart.path().join("kepler"),
+        &[],
+        &[r#"{"prometheusRule": {"enabled": true}}"#],
+    )
+    .expect_err("PrometheusRule without rules");
     assert!(err.contains("files/recording-rules.yaml"), "{err}");
     let chart = chart_copy_with_rules(Some("groups: [unclosed\n"));
-    let err = try_render(&chart.path().join("kepler"), &[], &[r#"{"prometheusRule": {"enabled": true}}"#])
-        .expect_err("PrometheusRule with broken rules");
+    let err = try_render(
+        &chart.path().join("kepler"),
+        &[],
+        &[r#"{"prometheusRule": {"enabled": true}}"#],
+    )
+    .expect_err("PrometheusRule with broken rules");
     assert!(err.contains("not YAML"), "{err}");
 }

@@ -92,7 +92,11 @@ pub fn kinds(objects: &[Value]) -> Vec<String> {
 
 pub fn strings(v: &Value) -> Vec<String> {
     v.as_sequence()
-        .map(|s| s.iter().filter_map(|x| x.as_str().map(String::from)).collect())
+        .map(|s| {
+            s.iter()
+                .filter_map(|x| x.as_str().map(String::from))
+                .collect()
+        })
         .unwrap_or_default()
 }
 
