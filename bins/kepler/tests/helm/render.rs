@@ -1,6 +1,9 @@
 //! Rendering the chart for tests: deploy/helm/render.py (Helm's own library, from the
 //! helm-sdkpy wheel) in the venv that scripts/setup.sh makes, with schema validation.
 
+// Each test binary that includes this module uses part of it.
+#![allow(dead_code)]
+
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
