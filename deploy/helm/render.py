@@ -171,11 +171,29 @@ def last_error(lib):
     return ctypes.string_at(pointer).decode() if pointer else "helm failed without a message"
 
 
+class StrictLoader(yaml.SafeLoader):
+    """Refuses a key given twice in one mapping, as the API server's YAML decoding does."""
+
+    def construct_mapping(self, node, deep=False):
+        seen = set()
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=deep)
+            if key in seen:
+                raise yaml.constructor.ConstructorError(
+                    None, None, f"duplicate key {key!r}", key_node.start_mark)
+            seen.add(key)
+        return super().construct_mapping(node, deep)
+
+
 def validate(manifest, version):
     import kubernetes_validate
 
     problems = []
-    for doc in yaml.safe_load_all(manifest):
+    try:
+        docs = list(yaml.load_all(manifest, Loader=StrictLoader))
+    except yaml.YAMLError as e:
+        return [f"not valid YAML: {e}"]
+    for doc in docs:
         if not doc:
             continue
         name = f"{doc.get('kind')}/{doc.get('metadata', {}).get('name')}"

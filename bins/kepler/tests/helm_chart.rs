@@ -133,6 +133,85 @@ fn upstream_values_file_renders_valid_objects_and_a_config_the_agent_accepts() {
     assert_eq!(config.monitor.max_terminated, 100);
 }
 
+/// Upstream's chart CI values: nameOverride, labels and annotations on every object, a
+/// ServiceMonitor with labels of its own, a NetworkPolicy, resources.
+#[test]
+fn upstream_ci_values_name_label_and_annotate_every_object() {
+    if !have_renderer() {
+        return;
+    }
+    let file = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/helm/upstream-ci-values.yaml");
+    let objects = objects(&render(&chart_dir(), &[&file], &[]));
+    assert_eq!(
+        kinds(&objects),
+        [
+            "ClusterRole",
+            "ClusterRoleBinding",
+            "ConfigMap",
+            "DaemonSet",
+            "NetworkPolicy",
+            "Service",
+            "ServiceAccount",
+            "ServiceMonitor"
+        ]
+    );
+    // The ServiceMonitor takes serviceMonitor.{labels,annotations} instead, as upstream's.
+    for o in objects
+        .iter()
+        .filter(|o| o["kind"].as_str() != Some("ServiceMonitor"))
+    {
+        let meta = &o["metadata"];
+        assert_eq!(meta["labels"]["test"].as_str(), Some("ci"), "{o:?}");
+        assert_eq!(
+            meta["labels"]["app.kubernetes.io/name"].as_str(),
+            Some("kepler-test")
+        );
+        assert_eq!(
+            meta["annotations"]["test.io/purpose"].as_str(),
+            Some("ci-validation")
+        );
+        if o["kind"].as_str() != Some("ServiceAccount") {
+            let name = meta["name"].as_str().unwrap_or_default();
+            assert!(name.starts_with("kepler-kepler-test"), "{name}");
+        }
+    }
+    let sm = find(&objects, "ServiceMonitor", None);
+    assert_eq!(sm["metadata"]["labels"]["test"].as_str(), Some("true"));
+    assert_eq!(sm["spec"]["endpoints"][0]["interval"].as_str(), Some("10s"));
+    let pod = &find(&objects, "DaemonSet", None)["spec"]["template"];
+    assert_eq!(
+        pod["metadata"]["labels"]["environment"].as_str(),
+        Some("test")
+    );
+    let c = agent_container(&objects);
+    assert_eq!(c["resources"]["limits"]["memory"].as_str(), Some("512Mi"));
+}
+
+/// User labels that collide with the chart's: no key is written twice (the schema check
+/// refuses duplicates), and the selector labels keep their values.
+#[test]
+fn colliding_labels_are_merged_and_the_selector_kept() {
+    if !have_renderer() {
+        return;
+    }
+    let set = r#"{"labels": {"app.kubernetes.io/name": "other", "app.kubernetes.io/part-of": "mine"},
+                  "serviceMonitor": {"enabled": true, "labels": {"app.kubernetes.io/part-of": "sm"}}}"#;
+    let objects = objects(&render(&chart_dir(), &[], &[set]));
+    let ds = find(&objects, "DaemonSet", None);
+    for labels in [
+        &ds["metadata"]["labels"],
+        &ds["spec"]["template"]["metadata"]["labels"],
+    ] {
+        assert_eq!(labels["app.kubernetes.io/name"].as_str(), Some("kepler"));
+        assert_eq!(labels["app.kubernetes.io/part-of"].as_str(), Some("mine"));
+    }
+    let sm = find(&objects, "ServiceMonitor", None);
+    assert_eq!(
+        sm["metadata"]["labels"]["app.kubernetes.io/part-of"].as_str(),
+        Some("sm")
+    );
+}
+
 #[test]
 fn config_checksum_changes_with_the_config_only() {
     if !have_renderer() {

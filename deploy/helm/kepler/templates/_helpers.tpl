@@ -24,16 +24,20 @@ chart name, else "<release>-<chart>". 63 characters at most (a DNS label).
 {{- printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
 {{- end }}
 
-{{/* Labels on every object; `labels` from the values are added. */}}
+{{/*
+Labels on every object: the selector labels (which win: changing them would orphan the pods),
+then `labels` from the values, then the chart's own. A map, so no key is written twice.
+*/}}
 {{- define "kepler.labels" -}}
-helm.sh/chart: {{ include "kepler.chart" . }}
-{{ include "kepler.selectorLabels" . }}
-app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
-app.kubernetes.io/managed-by: {{ .Release.Service }}
-app.kubernetes.io/part-of: kepler
-{{- with .Values.labels }}
-{{ toYaml . }}
+{{- $own := dict "helm.sh/chart" (include "kepler.chart" .) "app.kubernetes.io/version" .Chart.AppVersion "app.kubernetes.io/managed-by" .Release.Service "app.kubernetes.io/part-of" "kepler" }}
+{{- $selector := include "kepler.selectorLabels" . | fromYaml }}
+{{- toYaml (merge (dict) $selector (default (dict) .Values.labels) $own) }}
 {{- end }}
+
+{{/* The agent pods' labels: the selector labels, then `labels` from the values. */}}
+{{- define "kepler.podLabels" -}}
+{{- $selector := include "kepler.selectorLabels" . | fromYaml }}
+{{- toYaml (merge (dict) $selector (default (dict) .Values.labels)) }}
 {{- end }}
 
 {{- define "kepler.selectorLabels" -}}
