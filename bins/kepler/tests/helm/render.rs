@@ -7,6 +7,7 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+use kepler_agent::config::Config;
 use serde_yaml::Value;
 
 pub fn repo_root() -> PathBuf {
@@ -145,4 +146,66 @@ fn copy_dir(from: &Path, to: &Path) {
             std::fs::copy(entry.path(), &target).expect("copy");
         }
     }
+}
+
+/// The config the chart writes parses, with no key the agent would warn about.
+pub fn assert_agent_accepts(config: &str) -> Config {
+    let loaded = Config::from_yaml(config, Path::new("configmap"))
+        .unwrap_or_else(|e| panic!("agent rejects the chart's config: {e}\n{config}"));
+    assert!(
+        loaded.unknown_keys.is_empty(),
+        "unknown keys {:?} in\n{config}",
+        loaded.unknown_keys
+    );
+    loaded.config
+}
+
+pub fn probe_path(container: &Value, probe: &str) -> String {
+    container[probe]["httpGet"]["path"]
+        .as_str()
+        .unwrap_or_else(|| panic!("{probe} has no httpGet path: {container:?}"))
+        .to_string()
+}
+
+/// Upstream's template facts, which its users' dashboards and tooling rely on.
+pub fn assert_upstream_daemonset_facts(objects: &[Value]) {
+    let c = agent_container(objects);
+    let args = strings(&c["args"]);
+    for arg in [
+        "--config.file=/etc/kepler/config.yaml",
+        "--kube.enable",
+        "--kube.node-name=$(NODE_NAME)",
+    ] {
+        assert!(args.contains(&arg.to_string()), "{arg} not in {args:?}");
+    }
+    assert_eq!(c["ports"][0]["name"].as_str(), Some("http"));
+    assert_eq!(c["ports"][0]["containerPort"].as_u64(), Some(28282));
+    for (name, mount, host) in [
+        ("sysfs", "/host/sys", "/sys"),
+        ("procfs", "/host/proc", "/proc"),
+    ] {
+        let m = c["volumeMounts"]
+            .as_sequence()
+            .and_then(|v| v.iter().find(|m| m["name"].as_str() == Some(name)))
+            .unwrap_or_else(|| panic!("no {name} mount"));
+        assert_eq!(m["mountPath"].as_str(), Some(mount));
+        assert_eq!(m["readOnly"].as_bool(), Some(true));
+        let pod = &find(objects, "DaemonSet", None)["spec"]["template"]["spec"];
+        let v = pod["volumes"]
+            .as_sequence()
+            .and_then(|v| v.iter().find(|v| v["name"].as_str() == Some(name)))
+            .unwrap_or_else(|| panic!("no {name} volume"));
+        assert_eq!(v["hostPath"]["path"].as_str(), Some(host));
+    }
+    let role = find(objects, "ClusterRole", None);
+    let resources = strings(&role["rules"][0]["resources"]);
+    for r in ["pods", "nodes", "nodes/proxy"] {
+        assert!(
+            resources.contains(&r.to_string()),
+            "{r} not in {resources:?}"
+        );
+    }
+    let name = find(objects, "DaemonSet", None)["metadata"]["name"].as_str();
+    let service = find(objects, "Service", name);
+    assert_eq!(service["spec"]["ports"][0]["port"].as_u64(), Some(28282));
 }
