@@ -1,7 +1,8 @@
 //! The Helm chart (deploy/helm/kepler), rendered by Helm's own library (deploy/helm/render.py):
 //! with its defaults and with upstream Kepler's values files every object validates against
-//! the Kubernetes schemas; the DaemonSet keeps upstream's facts; the agent accepts the rendered config and flags and answers the rendered probes; deploy/k8s/ is the
-//! chart's output (UPDATE_MANIFESTS=1 rewrites it).
+//! the Kubernetes schemas; the DaemonSet keeps upstream's facts; the agent accepts the rendered
+//! config and flags and answers the rendered probes; deploy/k8s/ is the chart's output
+//! (UPDATE_MANIFESTS=1 rewrites it).
 
 mod common;
 #[path = "helm/render.rs"]
