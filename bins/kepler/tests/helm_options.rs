@@ -201,3 +201,54 @@ fn incomplete_options_are_refused_with_a_reason() {
     .expect_err("PrometheusRule with broken rules");
     assert!(err.contains("not YAML"), "{err}");
 }
+
+/// The images the chart runs: each Containerfile builds the package whose binary the chart's
+/// container command names, installs it at that path, and copies only paths that exist.
+#[test]
+fn containerfiles_install_what_the_chart_runs() {
+    if !have_renderer() {
+        return;
+    }
+    let objects = objects(&render(
+        &chart_dir(),
+        &[],
+        &[r#"{"modelServer": {"enabled": true}}"#],
+    ));
+    let agent = strings(&agent_container(&objects)["command"]);
+    let ms = &find(&objects, "Deployment", None)["spec"]["template"]["spec"]["containers"][0];
+    let server = strings(&ms["command"]);
+    for (file, command, package) in [
+        ("Containerfile.kepler", &agent, "kepler"),
+        ("Containerfile.model-server", &server, "kepler-model-server"),
+    ] {
+        let text = std::fs::read_to_string(repo_root().join("deploy").join(file)).expect(file);
+        assert_eq!(command.len(), 1, "{command:?}");
+        let binary = &command[0];
+        assert!(
+            text.contains(&format!("cargo build --release --locked -p {package}")),
+            "{file} does not build {package}"
+        );
+        let manifest = repo_root().join(format!("bins/{package}/Cargo.toml"));
+        let cargo = std::fs::read_to_string(&manifest).expect("package manifest");
+        assert!(
+            cargo.contains(&format!("name = \"{package}\"")),
+            "{manifest:?}"
+        );
+        assert!(
+            text.contains(&format!("/out{binary} {binary}")),
+            "{file} does not install {binary}"
+        );
+        for line in text
+            .lines()
+            .filter(|l| l.starts_with("COPY ") && !l.contains("--from"))
+        {
+            let words: Vec<&str> = line.split_whitespace().collect();
+            for source in &words[1..words.len() - 1] {
+                assert!(
+                    repo_root().join(source).exists(),
+                    "{file}: {source} missing"
+                );
+            }
+        }
+    }
+}
