@@ -9,10 +9,10 @@ this chart uses), 404s every lookup and accepts every write. Helm returns the re
 rendered manifest, which this prints. Nothing leaves the machine.
 
     render.py CHART [-f values.yaml]... [--set-json '{"a": {"b": 1}}']... \
-        [--release kepler] [--namespace kepler] [--validate 1.31.0]
+        [--release kepler] [--namespace kepler] [--validate 1.31.0] [--lint]
 
-Exit status: 0 rendered (and valid); 1 Helm refused the chart or an object is invalid
-(the reason on stderr); 2 the tools are missing.
+Exit status: 0 rendered (and valid, and lint-clean); 1 Helm refused the chart, an object is
+invalid or lint warned (the reason on stderr); 2 the tools are missing.
 """
 import argparse
 import ctypes
@@ -166,6 +166,22 @@ def render(chart, release, namespace, values):
         server.shutdown()
 
 
+def lint(chart):
+    """Helm's own lint of the chart (with its default values): problems of warning level or
+    worse. The library reports where, not what; `helm lint` tells the rest."""
+    lib = helm_library()
+    handle = ctypes.c_ulonglong()
+    if lib.helm_sdkpy_config_create(b"default", b"", b"", b"{}", ctypes.byref(handle)) != 0:
+        raise RuntimeError(last_error(lib))
+    out = ctypes.c_char_p()
+    if lib.helm_sdkpy_lint(handle, str(chart).encode(), ctypes.byref(out)) != 0:
+        raise RuntimeError(last_error(lib))
+    report = json.loads(out.value)
+    warning = 2  # Helm's severities: 1 info, 2 warning, 3 error
+    return [f"lint: {m['Path']}: severity {m['Severity']}"
+            for m in report.get("Messages") or [] if m["Severity"] >= warning]
+
+
 def last_error(lib):
     pointer = lib.helm_sdkpy_last_error()
     return ctypes.string_at(pointer).decode() if pointer else "helm failed without a message"
@@ -217,6 +233,7 @@ def main():
     parser.add_argument("--release", default="kepler")
     parser.add_argument("--namespace", default="kepler")
     parser.add_argument("--validate", metavar="K8S_VERSION")
+    parser.add_argument("--lint", action="store_true", help="also fail on Helm lint warnings")
     args = parser.parse_args()
     values = {}
     for path in args.values:
@@ -228,11 +245,12 @@ def main():
     except RuntimeError as e:
         print(f"render.py: {e}", file=sys.stderr)
         return 1
+    problems = lint(args.chart.resolve()) if args.lint else []
     if args.validate:
-        problems = validate(manifest, args.validate)
-        if problems:
-            print("render.py: invalid objects:\n  " + "\n  ".join(problems), file=sys.stderr)
-            return 1
+        problems += validate(manifest, args.validate)
+    if problems:
+        print("render.py: invalid objects:\n  " + "\n  ".join(problems), file=sys.stderr)
+        return 1
     sys.stdout.write(manifest)
     return 0
 

@@ -46,7 +46,7 @@ pub fn try_render(chart: &Path, files: &[&Path], set: &[&str]) -> Result<String,
     let mut cmd = Command::new(python());
     cmd.arg(repo_root().join("deploy/helm/render.py"))
         .arg(chart)
-        .args(["--validate", KUBE_VERSION]);
+        .args(["--validate", KUBE_VERSION, "--lint"]);
     for f in files {
         cmd.arg("-f").arg(f);
     }
