@@ -16,7 +16,11 @@ pub fn report(config: &Config) -> String {
 
     // The agent's own choice of source, loaded once: its features also decide whether the
     // estimation model below can run.
-    let usage = setup::usage_source(config, std::sync::Arc::new(kepler_core::Catalogue::new()));
+    let usage = setup::usage_source(
+        config,
+        std::sync::Arc::new(kepler_core::Catalogue::new()),
+        None,
+    );
     let (ebpf, selected, features) = match &usage {
         Ok(u) => (
             u.ebpf.clone(),
