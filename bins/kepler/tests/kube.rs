@@ -405,3 +405,48 @@ fn kubelet_address_comes_from_the_node_object_and_the_token_is_read_every_poll()
         informer_up(s) == Some(1.0)
     });
 }
+
+#[test]
+fn probe_reports_what_the_kubelet_and_the_api_server_answer() {
+    let fake = FakeKube::start(NODE, TOKEN);
+    fake.set_pod(pod(&pod_uid(7), "p", "ns", &[("c", &container_id(7))]));
+    let dir = tempfile::tempdir().unwrap();
+    let probe = |kube: String| {
+        let config = dir.path().join("probe.yaml");
+        std::fs::write(
+            &config,
+            format!("ebpf:\n  enabled: false\nkube:\n  enabled: true\n  nodeName: {NODE}\n{kube}"),
+        )
+        .unwrap();
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_kepler"))
+            .args(["probe", "--config.file", config.to_str().unwrap()])
+            .output()
+            .expect("kepler probe");
+        assert!(out.status.success());
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let kubeconfig = format!("  config: {}\n", fake.kubeconfig().display());
+    let out = probe(kubeconfig.clone());
+    let want = format!(
+        "  kube     available      kubelet {} lists 1 pods",
+        fake.url()
+    );
+    assert!(out.contains(&want), "{out}");
+    let out = probe(format!("{kubeconfig}  podInformer:\n    mode: apiserver\n"));
+    let want = format!(
+        "  kube     available      API server {} lists 1 pods on node {NODE}",
+        fake.url()
+    );
+    assert!(out.contains(&want), "{out}");
+    // A kubelet whose certificate is not the configured CA's is refused, with the reason.
+    let out = probe(format!(
+        "  podInformer:\n    kubeletURL: {}\n    kubeletCAFile: {}\n    tokenFile: {}\n",
+        fake.url(),
+        dir.path().join("missing-ca.pem").display(),
+        fake.token_file().display()
+    ));
+    assert!(
+        out.contains("  kube     not available  kube.podInformer.kubeletCAFile"),
+        "{out}"
+    );
+}

@@ -136,6 +136,50 @@ impl Informer {
         });
     }
 
+    /// One round, for `kepler probe`: what the kubelet or API server answers now, within
+    /// `limit`. Nothing is written to the catalogue.
+    pub fn probe(settings: InformerSettings, limit: Duration) -> Result<String, String> {
+        let informer = Informer::new(settings, Arc::new(Catalogue::new()));
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .map_err(|e| e.to_string())?;
+        let round = async {
+            match informer.settings.mode {
+                Mode::Kubelet => {
+                    let kubelet = informer.kubelet().await?;
+                    let list: PodList = kubelet.get_json("/pods").await?;
+                    Ok(format!(
+                        "kubelet {} lists {} pods",
+                        kubelet.base_url(),
+                        list.items.len()
+                    ))
+                }
+                Mode::ApiServer => {
+                    let api = informer.api_server()?;
+                    let list: PodList = api.get_json(&informer.list_path()).await?;
+                    Ok(format!(
+                        "API server {} lists {} pods on node {}",
+                        api.base_url(),
+                        list.items.len(),
+                        informer.settings.node_name
+                    ))
+                }
+            }
+        };
+        runtime.block_on(async {
+            match tokio::time::timeout(limit, round).await {
+                Ok(result) => result.map_err(|e: Error| e.to_string()),
+                Err(_) => Err(format!("no answer within {limit:?}")),
+            }
+        })
+    }
+
+    fn list_path(&self) -> String {
+        let selector = format!("spec.nodeName={}", self.settings.node_name);
+        format!("/api/v1/pods?fieldSelector={}", query_value(&selector))
+    }
+
     async fn run_mode(&self, mut state: State) {
         match self.settings.mode {
             Mode::Kubelet => self.poll_kubelet(&mut state).await,
@@ -218,8 +262,7 @@ impl Informer {
 
     async fn watch_api_server(&self, state: &mut State) {
         let retry = self.settings.poll_interval;
-        let selector = format!("spec.nodeName={}", self.settings.node_name);
-        let list_path = format!("/api/v1/pods?fieldSelector={}", query_value(&selector));
+        let list_path = self.list_path();
         let mut reflector = Reflector::new();
         let mut api: Option<Endpoint> = None;
         loop {
@@ -402,6 +445,41 @@ fn query_value(text: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn each_unlisted_container_asks_for_one_early_poll() {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let nudge = Nudge::default();
+        let asked = || {
+            runtime.block_on(async {
+                tokio::time::timeout(Duration::from_millis(20), nudge.notify.notified())
+                    .await
+                    .is_ok()
+            })
+        };
+        assert!(!asked());
+        nudge.seen("a");
+        assert!(asked());
+        // More processes of the same container: no more polls.
+        nudge.seen("a");
+        assert!(!asked());
+        // Once listed, a container never asks.
+        let list: PodList = serde_json::from_str(
+            r#"{"items":[{"metadata":{"name":"p","namespace":"n","uid":"u"},
+                "status":{"containerStatuses":[{"name":"c","containerID":"containerd://b"}]}}]}"#,
+        )
+        .unwrap();
+        let mut index = PodIndex::new();
+        index.replace(&list);
+        nudge.publish(&index);
+        nudge.seen("b");
+        assert!(!asked());
+        nudge.seen("c");
+        assert!(asked());
+    }
 
     #[test]
     fn query_values_are_escaped() {
