@@ -256,16 +256,6 @@ fn invalid_values_name_their_key_and_the_value() {
         ),
         ("ebpf:\n  enabled: maybe\n", "ebpf.enabled", "maybe"),
         ("msr:\n  enabled: maybe\n", "msr.enabled", "maybe"),
-        (
-            "kube:\n  podInformer:\n    kubeletURL: 10.0.0.1:10250\n",
-            "kube.podInformer.kubeletURL",
-            "10.0.0.1:10250",
-        ),
-        (
-            "kube:\n  podInformer:\n    kubeletInsecure: true\n    kubeletCAFile: /ca.pem\n",
-            "kube.podInformer.kubeletInsecure",
-            "not both",
-        ),
     ] {
         let err = parse(yaml).unwrap_err().to_string();
         assert!(err.contains(key), "{yaml}: {err} should name {key}");
@@ -411,6 +401,18 @@ fn out_of_range_values_are_rejected_by_key() {
             "experimental.platform.redfish.httpTimeout",
         ),
         ("ipmi:\n  timeout: 0s\n", "ipmi.timeout"),
+        (
+            "kube:\n  podInformer:\n    kubeletURL: 10.0.0.1:10250\n",
+            "kube.podInformer.kubeletURL",
+        ),
+        (
+            "kube:\n  podInformer:\n    kubeletInsecure: true\n    kubeletCAFile: /ca.pem\n",
+            "kube.podInformer.kubeletInsecure",
+        ),
+        (
+            "kube:\n  podInformer:\n    pollInterval: 0s\n",
+            "kube.podInformer.pollInterval",
+        ),
     ] {
         let err = config(yaml).validate().unwrap_err().to_string();
         assert!(err.contains(key), "{yaml}: {err} should name {key}");
