@@ -4,7 +4,7 @@ use std::sync::Arc;
 
 use kepler_core::{Classifier, ProcessInfo, WorkloadIdentity};
 
-use crate::informer::Nudge;
+use crate::nudge::Nudge;
 
 /// Classifies with `inner`; a new process in a pod's container the informer does not know
 /// asks for an early poll (rate-limited by the informer), so a new pod's names appear without

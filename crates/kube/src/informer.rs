@@ -1,16 +1,15 @@
 //! The informer's loops: kubelet polls or API-server list+watch, each writing the catalogue
 //! and reporting health; run on a background thread of the agent until its stop signal.
 
-use std::collections::HashSet;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::Arc;
 use std::time::Duration;
 
 use kepler_core::{BackgroundTask, Catalogue, ComponentHealth, ComponentKind, StopSignal};
-use tokio::sync::Notify;
 use tokio::time::Instant;
 use tracing::{debug, info, warn};
 
 use crate::client::{Endpoint, EndpointConfig, MAX_BODY};
+use crate::nudge::Nudge;
 use crate::pods::{PodIndex, PodList};
 use crate::watch::{Applied, Reflector, WatchEvent};
 use crate::{kubelet, Error, InformerSettings, Mode};
@@ -26,53 +25,6 @@ const STOP_CHECK: Duration = Duration::from_millis(100);
 
 /// The API server closes a watch after this long; it is then resumed.
 const WATCH_SECONDS: u32 = 290;
-
-/// Tells the informer that a container of some pod was seen; cheap, never blocks.
-#[derive(Clone, Debug, Default)]
-pub struct Nudge {
-    notify: Arc<Notify>,
-    ids: Arc<Mutex<Ids>>,
-}
-
-#[derive(Debug, Default)]
-struct Ids {
-    /// Containers of the last list.
-    known: HashSet<String>,
-    /// Containers that already asked for an early poll: each asks once, so a container the
-    /// kubelet never lists (a pod deleted meanwhile) does not keep the kubelet busy.
-    asked: HashSet<String>,
-}
-
-/// More unlisted containers than this and the oldest questions are forgotten.
-const MAX_ASKED: usize = 4096;
-
-impl Nudge {
-    /// Asks for an early poll when `container_id` is not among the listed containers and has
-    /// not asked before.
-    pub fn seen(&self, container_id: &str) {
-        let mut ids = self.ids.lock().unwrap_or_else(PoisonError::into_inner);
-        if ids.known.contains(container_id) || ids.asked.contains(container_id) {
-            return;
-        }
-        if ids.asked.len() >= MAX_ASKED {
-            ids.asked.clear();
-        }
-        ids.asked.insert(container_id.to_string());
-        drop(ids);
-        debug!(
-            id = container_id,
-            "container not listed by the kubelet yet; asking for an early poll"
-        );
-        self.notify.notify_one();
-    }
-
-    fn publish(&self, index: &PodIndex) {
-        let mut ids = self.ids.lock().unwrap_or_else(PoisonError::into_inner);
-        ids.known = index.container_ids();
-        let Ids { known, asked } = &mut *ids;
-        asked.retain(|id| !known.contains(id));
-    }
-}
 
 /// The pod informer; see the crate docs.
 pub struct Informer {
@@ -253,7 +205,7 @@ impl Informer {
             let early = polled + EARLY_POLL_GAP.min(interval);
             tokio::select! {
                 _ = tokio::time::sleep_until(next) => {}
-                _ = self.nudge.notify.notified() => {
+                _ = self.nudge.notified() => {
                     tokio::time::sleep_until(early.min(next)).await;
                 }
             }
@@ -445,41 +397,6 @@ fn query_value(text: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn each_unlisted_container_asks_for_one_early_poll() {
-        let runtime = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .unwrap();
-        let nudge = Nudge::default();
-        let asked = || {
-            runtime.block_on(async {
-                tokio::time::timeout(Duration::from_millis(20), nudge.notify.notified())
-                    .await
-                    .is_ok()
-            })
-        };
-        assert!(!asked());
-        nudge.seen("a");
-        assert!(asked());
-        // More processes of the same container: no more polls.
-        nudge.seen("a");
-        assert!(!asked());
-        // Once listed, a container never asks.
-        let list: PodList = serde_json::from_str(
-            r#"{"items":[{"metadata":{"name":"p","namespace":"n","uid":"u"},
-                "status":{"containerStatuses":[{"name":"c","containerID":"containerd://b"}]}}]}"#,
-        )
-        .unwrap();
-        let mut index = PodIndex::new();
-        index.replace(&list);
-        nudge.publish(&index);
-        nudge.seen("b");
-        assert!(!asked());
-        nudge.seen("c");
-        assert!(asked());
-    }
 
     #[test]
     fn query_values_are_escaped() {

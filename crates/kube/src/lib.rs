@@ -40,6 +40,7 @@ mod client;
 mod cluster;
 mod informer;
 mod kubelet;
+mod nudge;
 pub mod pods;
 pub mod watch;
 
@@ -49,7 +50,8 @@ use std::time::Duration;
 pub use classifier::NudgingClassifier;
 pub use client::{Credentials, Endpoint, EndpointConfig, Trust};
 pub use cluster::{Cluster, SERVICE_ACCOUNT_DIR};
-pub use informer::{Informer, Nudge, COMPONENT, EARLY_POLL_GAP};
+pub use informer::{Informer, COMPONENT, EARLY_POLL_GAP};
+pub use nudge::Nudge;
 
 /// Where pods are learnt from.
 #[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
