@@ -50,10 +50,21 @@ pub fn run(config: Config) -> Result<()> {
     let state = Arc::new(AgentState::new(context));
     let mut service = Service::new();
 
+    let background = Background::new();
+    // The pod informer runs beside the sampler; the classifier asks it for an early poll when
+    // a pod's container shows up before the kubelet listed it.
+    let nudge = config.kube.enabled.then(|| {
+        let informer = kepler_kube::Informer::new(
+            config.kube.informer_settings(&node_name),
+            catalogue.clone(),
+        );
+        let nudge = informer.nudge();
+        background.push(informer.into_task());
+        nudge
+    });
     let setup::Usage {
         source, ebpf_stats, ..
-    } = setup::usage_source(&config, catalogue.clone())?;
-    let background = Background::new();
+    } = setup::usage_source(&config, catalogue.clone(), nudge)?;
     let setup::Selection { meters, attempts } =
         setup::select_meters(&config, &host, &source.features(), &background);
     // Everything that needed the host's facts has them now; the raw texts need not stay.

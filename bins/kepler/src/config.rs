@@ -379,6 +379,9 @@ impl Config {
                 format!("{interval:?} is too short; use 0 (on scrape) or at least 100ms"),
             ));
         }
+        self.kube
+            .validate()
+            .map_err(|(key, message)| invalid(key, message))?;
         if self.monitor.max_terminated < -1 {
             return Err(invalid(
                 "monitor.maxTerminated",
@@ -458,11 +461,6 @@ impl Config {
     /// users must hear that instead of wondering where pod names or GPU power are.
     pub fn not_implemented(&self) -> Vec<&'static str> {
         let mut keys = Vec::new();
-        if self.kube.enabled {
-            keys.push(
-                "kube.enabled (pod names and namespaces; pod ids still come from cgroup paths)",
-            );
-        }
         if self.debug.pprof.enabled {
             keys.push("debug.pprof.enabled (Go profiles; profile this agent with perf instead)");
         }

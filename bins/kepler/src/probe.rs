@@ -16,7 +16,11 @@ pub fn report(config: &Config) -> String {
 
     // The agent's own choice of source, loaded once: its features also decide whether the
     // estimation model below can run.
-    let usage = setup::usage_source(config, std::sync::Arc::new(kepler_core::Catalogue::new()));
+    let usage = setup::usage_source(
+        config,
+        std::sync::Arc::new(kepler_core::Catalogue::new()),
+        None,
+    );
     let (ebpf, selected, features) = match &usage {
         Ok(u) => (
             u.ebpf.clone(),
@@ -33,6 +37,18 @@ pub fn report(config: &Config) -> String {
     let _ = writeln!(out, "  selected: {selected}");
 
     let host = kepler_sources::HostFacts::read(&config.host.procfs, &config.host.sysfs);
+    let kube = match config.kube.enabled {
+        true => kepler_kube::Informer::probe(
+            config
+                .kube
+                .informer_settings(&setup::node_name(config, &host)),
+            std::time::Duration::from_secs(10),
+        ),
+        false => Err("disabled (kube.enabled: false)".into()),
+    };
+    let _ = writeln!(out, "\nPod names:");
+    line(&mut out, "kube", kube);
+
     let settings = setup::meter_settings(config, &host);
     // Meters are opened only to be described: background work they ask for is dropped.
     let background = kepler_core::Background::new();

@@ -3,7 +3,9 @@
 use std::sync::Arc;
 
 use anyhow::{Context, Result};
-use kepler_core::{Background, Catalogue, Feature, PowerMeter, Unavailable, UsageSource};
+use kepler_core::{
+    Background, Catalogue, Classifier, Feature, PowerMeter, Unavailable, UsageSource,
+};
 use kepler_exporters::BuildInfo;
 use kepler_meters::{registry, FakeSettings, MeterSettings, OpenContext};
 pub use kepler_meters::{Attempt, Selection};
@@ -107,14 +109,25 @@ pub struct Usage {
 }
 
 /// eBPF when `ebpf.enabled` allows it and it loads; procfs otherwise (`auto`), or an error
-/// (`true`). The classifier writes the names it reads to `catalogue`.
-pub fn usage_source(config: &Config, catalogue: Arc<Catalogue>) -> Result<Usage> {
+/// (`true`). The classifier writes the names it reads to `catalogue`, and tells the pod
+/// informer (`nudge`) about pod containers it has not listed yet.
+pub fn usage_source(
+    config: &Config,
+    catalogue: Arc<Catalogue>,
+    nudge: Option<kepler_kube::Nudge>,
+) -> Result<Usage> {
     let mut classifier = kepler_workloads::CgroupClassifier::with_catalogue(catalogue)
         .with_procfs(config.host.procfs.clone());
     if !config.workloads.pod_ids(config.kube.enabled) {
         classifier = classifier.without_pod_ids();
     }
-    let classifier = Arc::new(classifier);
+    let classifier: Arc<dyn Classifier> = match nudge {
+        Some(nudge) => Arc::new(kepler_kube::NudgingClassifier::new(
+            Arc::new(classifier),
+            nudge,
+        )),
+        None => Arc::new(classifier),
+    };
     if config.ebpf.enabled != EbpfMode::Off {
         match kepler_ebpf::EbpfSource::new(
             config.host.procfs.clone(),
@@ -152,7 +165,7 @@ pub fn usage_source(config: &Config, catalogue: Arc<Catalogue>) -> Result<Usage>
 
 fn procfs_source(
     config: &Config,
-    classifier: Arc<kepler_workloads::CgroupClassifier>,
+    classifier: Arc<dyn Classifier>,
     ebpf: Result<String, String>,
 ) -> Result<Usage> {
     let source = kepler_sources::ProcfsSource::new(config.host.procfs.clone(), classifier)

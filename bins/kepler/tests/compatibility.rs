@@ -102,14 +102,14 @@ const KEYS: &[(&str, &str, Status, &str)] = &[
     (
         "kube.enabled",
         "true",
-        Warned,
-        "pod ids from cgroup paths; pod names not yet. Off: no pods, as upstream",
+        Same,
+        "pod informer: pod names, namespaces and container names. Off: no pods, as upstream",
     ),
     (
         "kube.config",
         "\"\"",
-        Differs,
-        "read; used once pod names are",
+        Same,
+        "`\"\"`: in-cluster; kubeconfig with token, tokenFile or client certificate (no exec plugins)",
     ),
     (
         "kube.nodeName",
@@ -120,14 +120,14 @@ const KEYS: &[(&str, &str, Status, &str)] = &[
     (
         "kube.podInformer.mode",
         "apiserver",
-        Differs,
-        "read; used once pod names are",
+        Same,
+        "`kubelet`: `/pods` polled; `apiserver`: list+watch of this node's pods",
     ),
     (
         "kube.podInformer.pollInterval",
         "15s",
         Differs,
-        "read; used once pod names are",
+        "kubelet polls; a container not listed yet triggers one early poll; `apiserver`: retry delay",
     ),
     (
         "experimental.platform.redfish.enabled",
@@ -209,11 +209,11 @@ const FLAGS: &[(&str, Option<&str>, Status, &str)] = &[
         Same,
         "repeatable; also comma-separated and `all`",
     ),
-    ("--kube.enable", None, Warned, "as `kube.enabled`"),
+    ("--kube.enable", None, Same, "as `kube.enabled`"),
     (
         "--kube.config",
         Some("/kubeconfig"),
-        Differs,
+        Same,
         "as `kube.config`",
     ),
     ("--kube.node-name", Some("node-1"), Same, ""),

@@ -54,7 +54,8 @@ impl Config {
              web:\n  configFile: {}\n  listenAddresses: {}\n\
              debug:\n  pprof:\n    enabled: {}\n\
              kube:\n  enabled: {}\n  config: {}\n  nodeName: {}\n  podInformer:\n    mode: {}\n    \
-             pollInterval: {}\n",
+             pollInterval: {}\n    kubeletURL: {}\n    kubeletCAFile: {}\n    kubeletInsecure: {}\n    \
+             tokenFile: {}\n",
             c.log.level,
             c.log.format,
             c.host.sysfs.display(),
@@ -88,6 +89,10 @@ impl Config {
             text(&c.kube.node_name),
             c.kube.pod_informer.mode,
             humantime::format_duration(c.kube.pod_informer.poll_interval.0),
+            text(&c.kube.pod_informer.kubelet_url),
+            path(&c.kube.pod_informer.kubelet_ca_file),
+            c.kube.pod_informer.kubelet_insecure,
+            path(&c.kube.pod_informer.token_file),
         );
         let _ = write!(
             y,

@@ -161,6 +161,18 @@ fn closed_choices_parse_in_any_case() {
             c.kube.pod_informer.mode == PodInformerMode::Apiserver
         }),
         (
+            "kube:\n  podInformer:\n    kubeletURL: https://10.0.0.1:10250\n    \
+             kubeletCAFile: /ca.pem\n    tokenFile: /token\n",
+            &|c| {
+                let s = c.kube.informer_settings("n1");
+                s.kubelet.url.as_deref() == Some("https://10.0.0.1:10250")
+                    && s.kubelet.trust == kepler_kube::KubeletTrust::CaFile("/ca.pem".into())
+                    && s.kubelet.token_file == Some(PathBuf::from("/token"))
+                    && s.cluster == kepler_kube::Cluster::InCluster
+                    && s.node_name == "n1"
+            },
+        ),
+        (
             "exporter:\n  prometheus:\n    metricsLevel: [node, pod]\n",
             &|c| c.exporter.prometheus.metrics_level == node_pod,
         ),
@@ -316,11 +328,13 @@ fn ebpf_modes_parse_from_bools_and_words() {
 
 #[test]
 fn keys_without_an_implementation_are_reported() {
-    let c = config("kube:\n  enabled: true\nexperimental:\n  gpu:\n    enabled: true\n");
+    let c =
+        config("debug:\n  pprof:\n    enabled: true\nexperimental:\n  gpu:\n    enabled: true\n");
     let keys = c.not_implemented();
-    // GPU meters are implemented, the MIG endpoint included (the `dcgm` meter).
+    // GPU meters are implemented, the MIG endpoint included (the `dcgm` meter); so is the
+    // pod informer (`kube.enabled`).
     assert_eq!(keys.len(), 1, "{keys:?}");
-    assert!(keys[0].starts_with("kube.enabled"));
+    assert!(keys[0].starts_with("debug.pprof.enabled"));
     assert!(Config::default().not_implemented().is_empty());
 }
 
@@ -387,6 +401,18 @@ fn out_of_range_values_are_rejected_by_key() {
             "experimental.platform.redfish.httpTimeout",
         ),
         ("ipmi:\n  timeout: 0s\n", "ipmi.timeout"),
+        (
+            "kube:\n  podInformer:\n    kubeletURL: 10.0.0.1:10250\n",
+            "kube.podInformer.kubeletURL",
+        ),
+        (
+            "kube:\n  podInformer:\n    kubeletInsecure: true\n    kubeletCAFile: /ca.pem\n",
+            "kube.podInformer.kubeletInsecure",
+        ),
+        (
+            "kube:\n  podInformer:\n    pollInterval: 0s\n",
+            "kube.podInformer.pollInterval",
+        ),
     ] {
         let err = config(yaml).validate().unwrap_err().to_string();
         assert!(err.contains(key), "{yaml}: {err} should name {key}");

@@ -3,6 +3,8 @@
 
 #![allow(dead_code)]
 
+pub mod fake_kube;
+
 use std::collections::HashMap;
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
