@@ -38,6 +38,7 @@ pub(super) fn assumed_spec(cores: u32, memory_gb: f64) -> MachineSpec {
     MachineSpec {
         processor: "unknown".into(),
         logical_cores: cores,
+        physical_cores: None,
         chips: 2,
         memory_gb,
         frequency_mhz: None,

@@ -36,6 +36,10 @@
 //!    family (Theil–Sen); the curve shape is the family's median. Unknown memory (0) is
 //!    taken as the median GB per logical CPU of the data.
 //!
+//! Every selected model holds utilisation to [0, 1] (busy CPU time beyond the machine's
+//! logical CPUs is full load), and the machine's size is its **logical** CPU count however
+//! the spec states it ([`MachineSpec::from_spec_value`]; cpuinfo counts both).
+//!
 //! The [`BuiltinSelection::reason`] says which rule applied, to what, and the factors used.
 //!
 //! # Guests (virtual machines)
@@ -66,6 +70,7 @@
 //! concave `rapl` curves the share is lower (m5n.xlarge, 4 busy vCPUs: 16.3 W against the
 //! host's 33.7 W for 4 busy CPUs of an otherwise idle host).
 
+mod clamp;
 mod index;
 mod procfs;
 mod select;

@@ -2,6 +2,7 @@
 
 use std::collections::BTreeMap;
 
+use super::clamp::UtilisationClamp;
 use super::index::{
     embedded_index, trainer_for, weight_json, BuiltinIndex, CurveParams, FamilyIndex, NodeType,
 };
@@ -130,6 +131,27 @@ pub fn select_in(
     family: BuiltinFamily,
 ) -> Result<BuiltinSelection, BuiltinError> {
     spec.validate()?;
+    select_by_rules(index, spec, family).map(|s| with_cores_note(s, spec))
+}
+
+/// Says which CPU count sized the model when the host's physical and logical counts differ,
+/// so a spec read the wrong way round shows in `kepler probe`.
+fn with_cores_note(mut sel: BuiltinSelection, spec: &MachineSpec) -> BuiltinSelection {
+    if let Some(p) = spec.physical_cores.filter(|p| *p != spec.logical_cores) {
+        sel.reason = format!(
+            "{}; sized by the host's {} logical CPUs (it has {p} physical cores); utilisation \
+             held to [0, 1]",
+            sel.reason, spec.logical_cores
+        );
+    }
+    sel
+}
+
+fn select_by_rules(
+    index: &BuiltinIndex,
+    spec: &MachineSpec,
+    family: BuiltinFamily,
+) -> Result<BuiltinSelection, BuiltinError> {
     let fam = family.of(index);
     let Some(key) = cpu_key(&spec.processor) else {
         let why = format!(
@@ -247,6 +269,7 @@ pub fn select_for_guest_in(
             let host = MachineSpec {
                 processor: t.processor.clone(),
                 logical_cores: t.cores,
+                physical_cores: None,
                 chips: t.chips.unwrap_or(0),
                 memory_gb: t.memory_gb,
                 frequency_mhz: t.frequency_mhz,
@@ -323,7 +346,7 @@ pub fn select_for_guest_in(
         selection.reason
     );
     selection.guest_host_cpus = Some(host_cpus);
-    Ok(selection)
+    Ok(with_cores_note(selection, spec))
 }
 
 /// The guest's spec grown to a host of `cores` logical CPUs with the guest's memory per vCPU
@@ -335,6 +358,7 @@ fn host_equivalent(spec: &MachineSpec, cores: u32) -> MachineSpec {
     MachineSpec {
         processor: spec.processor.clone(),
         logical_cores: cores,
+        physical_cores: None,
         chips: 0,
         // Growing an absurd memory figure (a spec file's 1e308 GB) can overflow; such a
         // figure says nothing, so it is taken as unknown rather than made infinite.
@@ -567,6 +591,7 @@ fn build(
         Some(&format!("{stem}.json")),
         Some(trainer_for(components)),
     )?;
+    let predictor = Box::new(UtilisationClamp::new(predictor, cores));
     Ok(BuiltinSelection {
         predictor,
         model_name,
