@@ -71,6 +71,54 @@ impl Predictor for UtilisationClamp {
     }
 }
 
+/// A predictor reduced to some of its components: those of a built-in model that have no
+/// trustworthy estimate are left out ([`super::BuiltinSelection::without_withheld`]), so an
+/// agent exports no zone for them rather than a wrong one.
+#[derive(Debug)]
+pub(crate) struct SomeComponents {
+    inner: Box<dyn Predictor>,
+    keep: Vec<String>,
+}
+
+impl SomeComponents {
+    pub(crate) fn new(inner: Box<dyn Predictor>, drop: &[&str]) -> SomeComponents {
+        let keep = inner
+            .components()
+            .into_iter()
+            .filter(|c| !drop.contains(&c.as_str()))
+            .collect();
+        SomeComponents { inner, keep }
+    }
+}
+
+impl Predictor for SomeComponents {
+    fn features(&self) -> Vec<Feature> {
+        self.inner.features()
+    }
+
+    fn declared_features(&self) -> Vec<Feature> {
+        self.inner.declared_features()
+    }
+
+    fn components(&self) -> Vec<String> {
+        self.keep.clone()
+    }
+
+    fn kind(&self) -> ModelKind {
+        self.inner.kind()
+    }
+
+    fn name(&self) -> Option<&str> {
+        self.inner.name()
+    }
+
+    fn predict(&self, input: &dyn FeatureLookup) -> Result<Vec<(String, f64)>, ModelError> {
+        let mut out = self.inner.predict(input)?;
+        out.retain(|(c, _)| self.keep.contains(c));
+        Ok(out)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -78,12 +78,13 @@ mod spec;
 
 pub use index::{
     embedded_index, round_sig, trainer_for, weight_json, Affine, BuiltinIndex, CurveParams,
-    Fallback, FallbackCurve, FamilyIndex, NodeType, INDEX_FORMAT, LINEAR_TRAINER, LOG_TRAINER,
+    Fallback, FallbackCurve, FamilyIndex, NodeType, StatedError, INDEX_FORMAT, LINEAR_TRAINER,
+    LOG_TRAINER,
 };
 pub use procfs::{parse_cpuinfo, parse_meminfo_gib, CpuInfo};
 pub use select::{
-    builtin_fallback, select_builtin, select_builtin_for_guest, select_for_guest_in, select_in,
-    BuiltinFamily, BuiltinSelection, MatchQuality,
+    builtin_fallback, fallback_in, select_builtin, select_builtin_for_guest, select_for_guest_in,
+    select_in, BuiltinFamily, BuiltinSelection, MatchQuality,
 };
 pub use spec::{normalize_processor, MachineSpec};
 

@@ -2,9 +2,10 @@
 
 use std::collections::BTreeMap;
 
-use super::clamp::UtilisationClamp;
+use super::clamp::{SomeComponents, UtilisationClamp};
 use super::index::{
     embedded_index, trainer_for, weight_json, BuiltinIndex, CurveParams, FamilyIndex, NodeType,
+    StatedError,
 };
 use super::spec::{cpu_key, names_core_only, MachineSpec};
 use super::BuiltinError;
@@ -101,6 +102,48 @@ pub struct BuiltinSelection {
     /// For a guest ([`select_builtin_for_guest`]): the logical CPUs of the host the model
     /// describes (its feature scale is `1000 ×` this). `None` for bare metal.
     pub guest_host_cpus: Option<u32>,
+    /// Component → the family's expected error on machines it was not trained on
+    /// ([`FamilyIndex::expected_error`]), for the components this model outputs.
+    pub expected_error: BTreeMap<String, StatedError>,
+    /// Components of this model without a trustworthy estimate on this host, and why
+    /// ([`BuiltinSelection::without_withheld`] leaves them out).
+    pub withheld: BTreeMap<String, String>,
+}
+
+impl BuiltinSelection {
+    /// The selection without its [`BuiltinSelection::withheld`] components: the predictor no
+    /// longer outputs them, they state no error, and the reason says why they are missing.
+    /// This is what an agent exports; the model files and [`BuiltinSelection::model_json`]
+    /// keep every component.
+    pub fn without_withheld(mut self) -> BuiltinSelection {
+        if self.withheld.is_empty() {
+            return self;
+        }
+        let drop: Vec<&str> = self.withheld.keys().map(String::as_str).collect();
+        self.predictor = Box::new(SomeComponents::new(self.predictor, &drop));
+        self.expected_error
+            .retain(|c, _| !drop.contains(&c.as_str()));
+        let why: Vec<String> = self
+            .withheld
+            .iter()
+            .map(|(c, why)| format!("no {c} estimate: {why}"))
+            .collect();
+        self.reason = format!("{}; {}", self.reason, why.join("; "));
+        self
+    }
+}
+
+/// RAPL has a DRAM domain on Intel server CPUs only: AMD's RAPL registers cover package and
+/// cores (DESIGN §6), Arm has no RAPL. A RAPL-like DRAM estimate on other CPUs describes a
+/// reading the machine does not have.
+fn dram_domain_withheld(spec: &MachineSpec) -> Option<String> {
+    let intel = spec.processor.starts_with("intel") || spec.processor.contains("xeon");
+    (!intel).then(|| {
+        format!(
+            "RAPL has a DRAM domain on Intel CPUs only, and processor {:?} is not one",
+            spec.processor
+        )
+    })
 }
 
 /// Chooses the built-in model of `family` for `spec` from the embedded index.
@@ -116,12 +159,17 @@ pub fn builtin_fallback(
     spec: &MachineSpec,
     family: BuiltinFamily,
 ) -> Result<BuiltinSelection, BuiltinError> {
+    fallback_in(embedded_index()?, spec, family)
+}
+
+/// [`builtin_fallback`] over a given index (the trainer validates a fresh one).
+pub fn fallback_in(
+    index: &BuiltinIndex,
+    spec: &MachineSpec,
+    family: BuiltinFamily,
+) -> Result<BuiltinSelection, BuiltinError> {
     spec.validate()?;
-    fallback(
-        family.of(embedded_index()?),
-        spec,
-        "fallback requested".into(),
-    )
+    fallback(family.of(index), spec, "fallback requested".into())
 }
 
 /// [`select_builtin`] over a given index.
@@ -509,6 +557,8 @@ fn from_type(
         spec.to_spec_value()
     };
     build(
+        fam,
+        spec,
         model_name,
         &format!("{}_{}", fam.trainer, t.id),
         &machine_spec,
@@ -566,6 +616,8 @@ fn fallback(
         parts.join(", ")
     );
     build(
+        fam,
+        spec,
         format!("builtin/{}/fallback", fam.pipeline),
         &format!("{}_fallback", trainer_for(&components)),
         &spec.to_spec_value(),
@@ -577,6 +629,8 @@ fn fallback(
 }
 
 fn build(
+    fam: &FamilyIndex,
+    host: &MachineSpec,
     model_name: String,
     stem: &str,
     machine_spec: &serde_json::Value,
@@ -592,6 +646,17 @@ fn build(
         Some(trainer_for(components)),
     )?;
     let predictor = Box::new(UtilisationClamp::new(predictor, cores));
+    let mut withheld: BTreeMap<String, String> = fam
+        .withheld
+        .iter()
+        .filter(|(c, _)| components.contains_key(*c))
+        .map(|(c, why)| (c.clone(), why.clone()))
+        .collect();
+    if components.contains_key("dram") && !withheld.contains_key("dram") {
+        if let Some(why) = dram_domain_withheld(host) {
+            withheld.insert("dram".into(), why);
+        }
+    }
     Ok(BuiltinSelection {
         predictor,
         model_name,
@@ -599,5 +664,12 @@ fn build(
         reason,
         model_json,
         guest_host_cpus: None,
+        expected_error: fam
+            .expected_error
+            .iter()
+            .filter(|(name, _)| components.contains_key(*name))
+            .map(|(name, e)| (name.clone(), e.clone()))
+            .collect(),
+        withheld,
     })
 }
