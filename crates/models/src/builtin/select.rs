@@ -169,7 +169,7 @@ pub fn fallback_in(
     family: BuiltinFamily,
 ) -> Result<BuiltinSelection, BuiltinError> {
     spec.validate()?;
-    fallback(family.of(index), spec, "fallback requested".into())
+    fallback(family.of(index), spec, "fallback requested".into()).map(|s| host_notes(s, spec))
 }
 
 /// [`select_builtin`] over a given index.
@@ -179,12 +179,19 @@ pub fn select_in(
     family: BuiltinFamily,
 ) -> Result<BuiltinSelection, BuiltinError> {
     spec.validate()?;
-    select_by_rules(index, spec, family).map(|s| with_cores_note(s, spec))
+    select_by_rules(index, spec, family).map(|s| host_notes(s, spec))
 }
 
-/// Says which CPU count sized the model when the host's physical and logical counts differ,
-/// so a spec read the wrong way round shows in `kepler probe`.
-fn with_cores_note(mut sel: BuiltinSelection, spec: &MachineSpec) -> BuiltinSelection {
+/// What every selection gets from the host's own spec: the DRAM domain rule, and which CPU
+/// count sized the model when the host's physical and logical counts differ (so a spec read
+/// the wrong way round shows in `kepler probe`).
+fn host_notes(mut sel: BuiltinSelection, spec: &MachineSpec) -> BuiltinSelection {
+    let has_dram = sel.predictor.components().iter().any(|c| c == "dram");
+    if has_dram && !sel.withheld.contains_key("dram") {
+        if let Some(why) = dram_domain_withheld(spec) {
+            sel.withheld.insert("dram".into(), why);
+        }
+    }
     if let Some(p) = spec.physical_cores.filter(|p| *p != spec.logical_cores) {
         sel.reason = format!(
             "{}; sized by the host's {} logical CPUs (it has {p} physical cores); utilisation \
@@ -394,7 +401,7 @@ pub fn select_for_guest_in(
         selection.reason
     );
     selection.guest_host_cpus = Some(host_cpus);
-    Ok(with_cores_note(selection, spec))
+    Ok(host_notes(selection, spec))
 }
 
 /// The guest's spec grown to a host of `cores` logical CPUs with the guest's memory per vCPU
@@ -557,8 +564,6 @@ fn from_type(
         spec.to_spec_value()
     };
     build(
-        fam,
-        spec,
         model_name,
         &format!("{}_{}", fam.trainer, t.id),
         &machine_spec,
@@ -567,6 +572,7 @@ fn from_type(
         matched,
         reason,
     )
+    .map(|s| family_notes(s, fam))
 }
 
 fn members_summary(members: &[String]) -> String {
@@ -616,8 +622,6 @@ fn fallback(
         parts.join(", ")
     );
     build(
-        fam,
-        spec,
         format!("builtin/{}/fallback", fam.pipeline),
         &format!("{}_fallback", trainer_for(&components)),
         &spec.to_spec_value(),
@@ -626,11 +630,29 @@ fn fallback(
         MatchQuality::Fallback,
         reason,
     )
+    .map(|s| family_notes(s, fam))
+}
+
+/// The family's stated errors and withheld components, for the components `sel` outputs.
+fn family_notes(mut sel: BuiltinSelection, fam: &FamilyIndex) -> BuiltinSelection {
+    let components = sel.predictor.components();
+    let has = |c: &String| components.contains(c);
+    sel.expected_error = fam
+        .expected_error
+        .iter()
+        .filter(|(c, _)| has(c))
+        .map(|(c, e)| (c.clone(), e.clone()))
+        .collect();
+    sel.withheld = fam
+        .withheld
+        .iter()
+        .filter(|(c, _)| has(c))
+        .map(|(c, why)| (c.clone(), why.clone()))
+        .collect();
+    sel
 }
 
 fn build(
-    fam: &FamilyIndex,
-    host: &MachineSpec,
     model_name: String,
     stem: &str,
     machine_spec: &serde_json::Value,
@@ -646,17 +668,7 @@ fn build(
         Some(trainer_for(components)),
     )?;
     let predictor = Box::new(UtilisationClamp::new(predictor, cores));
-    let mut withheld: BTreeMap<String, String> = fam
-        .withheld
-        .iter()
-        .filter(|(c, _)| components.contains_key(*c))
-        .map(|(c, why)| (c.clone(), why.clone()))
-        .collect();
-    if components.contains_key("dram") && !withheld.contains_key("dram") {
-        if let Some(why) = dram_domain_withheld(host) {
-            withheld.insert("dram".into(), why);
-        }
-    }
+
     Ok(BuiltinSelection {
         predictor,
         model_name,
@@ -664,12 +676,7 @@ fn build(
         reason,
         model_json,
         guest_host_cpus: None,
-        expected_error: fam
-            .expected_error
-            .iter()
-            .filter(|(name, _)| components.contains_key(*name))
-            .map(|(name, e)| (name.clone(), e.clone()))
-            .collect(),
-        withheld,
+        expected_error: BTreeMap::new(),
+        withheld: BTreeMap::new(),
     })
 }
