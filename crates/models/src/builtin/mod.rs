@@ -40,6 +40,12 @@
 //! logical CPUs is full load), and the machine's size is its **logical** CPU count however
 //! the spec states it ([`MachineSpec::from_spec_value`]; cpuinfo counts both).
 //!
+//! Every selection also carries what its family's index says about trust: the expected
+//! error per component on held-out measurements (`expected_error`, which agents export
+//! beside the estimate) and the components without a trustworthy estimate (`withheld`, with
+//! the reason; `dram` on hosts whose CPU has no RAPL DRAM domain too), which
+//! `BuiltinSelection::without_withheld` leaves out of the predictor.
+//!
 //! The [`BuiltinSelection::reason`] says which rule applied, to what, and the factors used.
 //!
 //! # Guests (virtual machines)
