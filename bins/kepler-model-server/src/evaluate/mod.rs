@@ -9,6 +9,7 @@ use anyhow::{bail, Context, Result};
 use kepler_models::builtin::MachineSpec;
 use kepler_models::{Feature, Predictor};
 
+mod lomo;
 mod tables;
 
 #[derive(clap::Args, Debug)]
@@ -55,7 +56,7 @@ pub(super) const COMPONENTS: [&str; 3] = ["package", "dram", "platform"];
 
 pub fn run(args: &EvaluateArgs) -> Result<()> {
     let rows = read_rows(&args.data.join(NX12))?;
-    let report = tables::report(&rows, &args.data)?;
+    let report = tables::report(&rows, &args.data)? + &lomo::section()?;
     splice(&args.out, &report)?;
     tracing::info!(out = %args.out.display(), rows = rows.len(), "accuracy report written");
     Ok(())

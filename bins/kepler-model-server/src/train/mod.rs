@@ -6,6 +6,8 @@
 mod aws;
 mod specpower;
 
+pub(crate) use aws::fallback as aws_fallback;
+
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
