@@ -48,7 +48,26 @@ pub struct ZoneMeta {
     /// False for meters that report dynamic power only (an estimate inside a VM): all of
     /// such a zone's energy is active and no idle policy applies to it.
     pub includes_idle: bool,
+    /// For estimated zones, the model's expected error per zone, from its validation on
+    /// data it was not trained on; empty for measured zones.
+    pub expected_error: Arc<[ExpectedError]>,
 }
+
+/// How far an estimated zone is expected to be from the truth: the estimating model's mean
+/// absolute error on measurements it was not trained on, in watts and relative to the
+/// measured value. Dashboards draw a band of this width around the estimate.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ExpectedError {
+    /// The zone name the error belongs to (`package`, `dram`, `platform`).
+    pub zone: Arc<str>,
+    /// Mean absolute error.
+    pub mae: crate::units::Watts,
+    /// Mean absolute percentage error as a ratio (0.25 = 25 %).
+    pub mape: f64,
+}
+
+// Errors are finite by construction (the model crate checks them), so equality is total.
+impl Eq for ExpectedError {}
 
 impl ZoneMeta {
     /// A measured CPU zone of the named meter, idle included: the common case.
@@ -59,6 +78,7 @@ impl ZoneMeta {
             provenance: Provenance::Measured,
             model: None,
             includes_idle: true,
+            expected_error: Arc::from([]),
         }
     }
 }

@@ -22,7 +22,7 @@ pub mod workload;
 
 pub use attribution::{AttributionConfig, Attributor, IdlePolicy, TerminatedPolicy, Tick};
 pub use catalogue::{Catalogue, CatalogueView, ContainerNames, NameSource, PodNames};
-pub use domain::{DeviceInfo, PowerDomain, ZoneMeta};
+pub use domain::{DeviceInfo, ExpectedError, PowerDomain, ZoneMeta};
 pub use energy::{
     zone_energies, DeltaIssue, EnergySnapshot, ProcessShare, ProcessShares, ZoneEnergy,
     ZoneReading, ZoneSample, ZoneWeights,

@@ -2,7 +2,7 @@
 
 use std::sync::Arc;
 
-use crate::domain::{PowerDomain, ZoneMeta};
+use crate::domain::{ExpectedError, PowerDomain, ZoneMeta};
 use crate::energy::ZoneReading;
 use crate::features::{Feature, FeatureRates};
 use crate::usage::UsageSnapshot;
@@ -86,6 +86,11 @@ pub trait PowerMeter: Send {
     fn includes_idle(&self) -> bool {
         true
     }
+    /// The expected error of each estimated zone (see [`ExpectedError`]); none for measured
+    /// zones, or when the model states none.
+    fn expected_error(&self) -> Vec<ExpectedError> {
+        Vec::new()
+    }
     /// Why this meter reads what it reads (which model was chosen and why), for
     /// `kepler probe`.
     fn detail(&self) -> Option<String> {
@@ -115,6 +120,7 @@ pub trait PowerMeter: Send {
             provenance: self.provenance(),
             model: self.estimation_model().map(Arc::from),
             includes_idle: self.includes_idle(),
+            expected_error: self.expected_error().into(),
         }
     }
 }

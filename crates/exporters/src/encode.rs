@@ -422,6 +422,25 @@ fn encode_features(
     }
 }
 
+/// The expected error of each estimated zone, in watts and relative; measured zones carry
+/// none, so they have no series.
+fn estimate_errors(w: &mut MetricWriter<'_>, s: &PowerSnapshot) {
+    for (desc, relative) in [
+        (&r::NODE_CPU_ZONE_ESTIMATE_ERROR_WATTS, false),
+        (&r::NODE_CPU_ZONE_ESTIMATE_ERROR_RATIO, true),
+    ] {
+        let mut f = w.family(desc);
+        for z in cpu_zones(s) {
+            let m = &z.meta;
+            if let Some(e) = m.expected_error.iter().find(|e| *e.zone == *z.zone) {
+                let model = m.model.as_deref().unwrap_or("");
+                let value = if relative { e.mape } else { e.mae.0 };
+                f.sample([&z.zone, &z.path, model], value);
+            }
+        }
+    }
+}
+
 fn node_zone_family<V: SampleValue>(
     w: &mut MetricWriter<'_>,
     desc: &'static Desc<2>,
@@ -460,6 +479,8 @@ fn encode_node(w: &mut MetricWriter<'_>, s: &PowerSnapshot) {
             );
         }
     }
+
+    estimate_errors(w, s);
 
     let (policy, baseline) = idle_policy_labels(s);
     w.family(&r::NODE_CPU_IDLE_POLICY_INFO)

@@ -203,6 +203,18 @@ pub static NODE_CPU_ZONE_INFO: Desc<5> = node(
     Gauge,
     ["zone", "path", "meter", "source", "model"],
 );
+pub static NODE_CPU_ZONE_ESTIMATE_ERROR_WATTS: Desc<3> = node(
+    "kepler_node_cpu_zone_estimate_error_watts",
+    "Expected error of an estimated cpu zone at node level in watts: the estimation model's mean absolute error on measurements it was not trained on, for a band around the estimate; measured zones have none",
+    Gauge,
+    ["zone", "path", "model"],
+);
+pub static NODE_CPU_ZONE_ESTIMATE_ERROR_RATIO: Desc<3> = node(
+    "kepler_node_cpu_zone_estimate_error_ratio",
+    "Expected relative error of an estimated cpu zone at node level: the estimation model's mean absolute percentage error on measurements it was not trained on, as a ratio (0.25 = 25 %); measured zones have none",
+    Gauge,
+    ["zone", "path", "model"],
+);
 pub static NODE_CPU_IDLE_POLICY_INFO: Desc<2> = node(
     "kepler_node_cpu_idle_policy_info",
     "How idle power of cpu at node level is told apart from active power: policy ratio (upstream, idle = (1 - usage ratio) x energy) or baseline; baseline is configured, measured, pending (not measured yet, the ratio rule applies) or none",
@@ -590,6 +602,8 @@ pub static ALL: &[&dyn Describe] = &[
     &NODE_CPU_USAGE_RATIO,
     &NODE_CPU_UNATTRIBUTED_JOULES,
     &NODE_CPU_ZONE_INFO,
+    &NODE_CPU_ZONE_ESTIMATE_ERROR_WATTS,
+    &NODE_CPU_ZONE_ESTIMATE_ERROR_RATIO,
     &NODE_CPU_IDLE_POLICY_INFO,
     &NODE_CPU_IDLE_BASELINE_WATTS,
     &PLATFORM_WATTS,

@@ -17,6 +17,7 @@ fn spec(processor: &str, cores: u32, chips: u32, memory_gb: f64) -> MachineSpec 
     MachineSpec {
         processor: kepler_models::builtin::normalize_processor(processor),
         logical_cores: cores,
+        physical_cores: None,
         chips,
         memory_gb,
         frequency_mhz: None,
@@ -290,6 +291,7 @@ fn every_committed_model_is_a_loadable_model_db_file() {
             let s = MachineSpec {
                 processor: t.processor.clone(),
                 logical_cores: t.cores,
+                physical_cores: None,
                 chips: t.chips.unwrap_or(0),
                 memory_gb: t.memory_gb,
                 frequency_mhz: t.frequency_mhz,

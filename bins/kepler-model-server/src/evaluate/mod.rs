@@ -9,6 +9,7 @@ use anyhow::{bail, Context, Result};
 use kepler_models::builtin::MachineSpec;
 use kepler_models::{Feature, Predictor};
 
+mod lomo;
 mod tables;
 
 #[derive(clap::Args, Debug)]
@@ -22,7 +23,7 @@ pub struct EvaluateArgs {
     pub out: PathBuf,
 }
 
-const NX12: &str = "kepler-model-db/models/v0.6/nx12/preprocessed_data";
+pub(crate) const NX12: &str = "kepler-model-db/models/v0.6/nx12/preprocessed_data";
 const RAPL_CSV: &str = "preprocess_abs_default_rapl_Basic.csv";
 const ACPI_CSV: &str = "preprocess_abs_default_acpi_Basic.csv";
 /// The v0.6 column name; its values are busy CPU ms per second (see kepler_models::features).
@@ -32,12 +33,13 @@ pub(super) const CPU_COLUMN: &str = "bpf_cpu_time_us";
 /// the sweep's 32- and 40-worker steps both saturate at ~28–29 k, which 40 CPUs would not.
 /// Sockets are a guess (the fallback does not use them). The CPU model is unknown, so it is
 /// given as such; memory is unknown (0), so the fallback's median GB per CPU applies.
-pub(super) const ASSUMED_CORES: u32 = 32;
+pub(crate) const ASSUMED_CORES: u32 = 32;
 
-pub(super) fn assumed_spec(cores: u32, memory_gb: f64) -> MachineSpec {
+pub(crate) fn assumed_spec(cores: u32, memory_gb: f64) -> MachineSpec {
     MachineSpec {
         processor: "unknown".into(),
         logical_cores: cores,
+        physical_cores: None,
         chips: 2,
         memory_gb,
         frequency_mhz: None,
@@ -45,7 +47,7 @@ pub(super) fn assumed_spec(cores: u32, memory_gb: f64) -> MachineSpec {
 }
 
 /// One measured row: busy CPU ms/s and measured watts per component.
-pub(super) struct Row {
+pub(crate) struct Row {
     pub(super) cpu_ms: f64,
     pub(super) watts: BTreeMap<&'static str, f64>,
 }
@@ -54,7 +56,7 @@ pub(super) const COMPONENTS: [&str; 3] = ["package", "dram", "platform"];
 
 pub fn run(args: &EvaluateArgs) -> Result<()> {
     let rows = read_rows(&args.data.join(NX12))?;
-    let report = tables::report(&rows, &args.data)?;
+    let report = tables::report(&rows, &args.data)? + &lomo::section()?;
     splice(&args.out, &report)?;
     tracing::info!(out = %args.out.display(), rows = rows.len(), "accuracy report written");
     Ok(())
@@ -87,7 +89,7 @@ fn cell(rec: &csv::StringRecord, col: usize, what: &str) -> Result<f64> {
 }
 
 /// The RAPL and ACPI files of the same run, merged on timestamp.
-fn read_rows(dir: &Path) -> Result<Vec<Row>> {
+pub(crate) fn read_rows(dir: &Path) -> Result<Vec<Row>> {
     let (rh, rapl) = read_csv(&dir.join(RAPL_CSV))?;
     let (ah, acpi) = read_csv(&dir.join(ACPI_CSV))?;
     let (rt, ru) = (
@@ -130,15 +132,15 @@ fn read_rows(dir: &Path) -> Result<Vec<Row>> {
 
 /// MAE (W), MAPE (%), mean signed error (W) of one component.
 #[derive(Clone, Copy)]
-pub(super) struct Score {
-    pub(super) mae: f64,
-    pub(super) mape: f64,
+pub(crate) struct Score {
+    pub(crate) mae: f64,
+    pub(crate) mape: f64,
     pub(super) bias: f64,
 }
 
 /// Scores of `model` per component on `rows`; a component that needs a feature the data
 /// lacks is left out (shown as n/a) rather than fed an invented value.
-pub(super) fn score(model: &dyn Predictor, rows: &[Row]) -> Result<BTreeMap<String, Score>> {
+pub(crate) fn score(model: &dyn Predictor, rows: &[Row]) -> Result<BTreeMap<String, Score>> {
     let missing: Vec<Feature> = model
         .features()
         .into_iter()

@@ -110,6 +110,7 @@ mod tests {
         MachineSpec {
             processor: processor.into(),
             logical_cores: cores,
+            physical_cores: None,
             chips,
             memory_gb: memory,
             frequency_mhz: None,

@@ -157,6 +157,9 @@ pub fn train(csv_text: &str, skipped: &mut Skipped) -> Result<FamilyIndex> {
         ],
         types,
         fallback,
+        // Filled in by `generate`: it needs the whole index.
+        expected_error: BTreeMap::new(),
+        withheld: BTreeMap::new(),
     })
 }
 
@@ -195,7 +198,7 @@ fn node_type(rows: &[Row]) -> Result<NodeType> {
 
 /// Package: affine in vCPUs over platforms (CPU model × vCPUs, memory variants counted
 /// once); dram: proportional to memory, median W/GB over node types.
-fn fallback(types: &[NodeType]) -> Result<Fallback> {
+pub(crate) fn fallback(types: &[NodeType]) -> Result<Fallback> {
     let comp = |t: &NodeType, name: &str| t.components.get(name).copied();
     let mut platforms: BTreeMap<(String, u32), CurveParams> = BTreeMap::new();
     for t in types {

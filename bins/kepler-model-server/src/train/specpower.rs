@@ -144,6 +144,9 @@ pub fn train(csv_text: &str, skipped: &mut Skipped) -> Result<FamilyIndex> {
         ],
         types,
         fallback,
+        // Filled in by `generate`: it needs the whole index.
+        expected_error: BTreeMap::new(),
+        withheld: BTreeMap::new(),
     })
 }
 

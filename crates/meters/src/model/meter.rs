@@ -7,7 +7,8 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use kepler_core::{
-    Feature, MeterInput, PowerMeter, Provenance, ReadError, Unavailable, Watts, ZoneReading,
+    ExpectedError, Feature, MeterInput, PowerMeter, Provenance, ReadError, Unavailable, Watts,
+    ZoneReading,
 };
 use kepler_models::{FeatureLookup, Predictor};
 use tracing::{info, warn};
@@ -52,6 +53,8 @@ pub struct ModelMeter {
     file: Option<(ModelFile, Option<SystemTime>, std::time::Instant)>,
     /// How the model was chosen, for `kepler probe`.
     detail: Option<String>,
+    /// The model's stated error per zone, exported beside the estimate.
+    expected_error: Vec<ExpectedError>,
 }
 
 impl std::fmt::Debug for ModelMeter {
@@ -146,6 +149,7 @@ impl ModelMeter {
             idle: Vec::new(),
             file: None,
             detail: None,
+            expected_error: Vec::new(),
         };
         meter.idle =
             idle_power(meter.predictor.as_ref(), &meter.model_name).map_err(Unavailable::new)?;
@@ -164,6 +168,17 @@ impl ModelMeter {
     /// Says how the model was chosen (shown by `kepler probe`).
     pub fn with_detail(mut self, detail: impl Into<String>) -> Self {
         self.detail = Some(detail.into());
+        self
+    }
+
+    /// States the model's expected error per component (from its validation on data it was
+    /// not trained on); components the model does not output are ignored. A model reloaded
+    /// from a changed file states none: its validation is not known.
+    pub fn with_expected_error(mut self, errors: Vec<ExpectedError>) -> Self {
+        self.expected_error = errors
+            .into_iter()
+            .filter(|e| self.zones.iter().any(|(_, zone, _)| *zone == e.zone))
+            .collect();
         self
     }
 
@@ -219,6 +234,7 @@ impl ModelMeter {
                 Ok(idle) => {
                     info!(path = %file.path.display(), "estimation model reloaded");
                     self.zones = zones_of(predictor.as_ref(), &self.model_name);
+                    self.expected_error.clear();
                     self.idle = idle;
                     self.predictor = predictor;
                 }
@@ -248,6 +264,10 @@ impl PowerMeter for ModelMeter {
 
     fn includes_idle(&self) -> bool {
         self.output == OutputType::Abs
+    }
+
+    fn expected_error(&self) -> Vec<ExpectedError> {
+        self.expected_error.clone()
     }
 
     fn detail(&self) -> Option<String> {

@@ -6,9 +6,11 @@ use std::path::PathBuf;
 use std::str::FromStr;
 use std::time::Duration;
 
-use kepler_core::{Background, Feature, Unavailable};
+use std::sync::Arc;
+
+use kepler_core::{Background, ExpectedError, Feature, Unavailable, Watts};
 use kepler_models::builtin::{
-    select_builtin, select_builtin_for_guest, BuiltinFamily, MachineSpec,
+    select_builtin, select_builtin_for_guest, BuiltinFamily, BuiltinSelection, MachineSpec,
 };
 use kepler_sources::{HostFactError, HostFacts};
 use tracing::info;
@@ -190,7 +192,9 @@ fn open_builtin(
     } else {
         select_builtin(&spec, settings.family)
     }
-    .map_err(|e| Unavailable::new(format!("built-in model: {e}")))?;
+    .map_err(|e| Unavailable::new(format!("built-in model: {e}")))?
+    // A zone without a trustworthy estimate is left out rather than exported wrong.
+    .without_withheld();
     info!(
         model = %selection.model_name,
         matched = %selection.matched,
@@ -199,8 +203,18 @@ fn open_builtin(
         host = %host.virtualization(),
         "built-in estimation model selected"
     );
+    let errors = stated_errors(&selection, output);
+    let stated = errors
+        .iter()
+        .map(|e| format!("{} ±{:.1} W ({:.1} %)", e.zone, e.mae.0, 100.0 * e.mape))
+        .collect::<Vec<_>>();
+    let stated = if stated.is_empty() {
+        String::new()
+    } else {
+        format!("; expected error {}", stated.join(", "))
+    };
     let detail = format!(
-        "{} match: {}; machine spec {}",
+        "{} match: {}; machine spec {}{stated}",
         selection.matched,
         selection.reason,
         spec.to_spec_json()
@@ -211,7 +225,26 @@ fn open_builtin(
         output,
         features.to_vec(),
     )?
-    .with_detail(detail))
+    .with_detail(detail)
+    .with_expected_error(errors))
+}
+
+/// The selection's stated errors as zone errors. They were measured on absolute power of
+/// bare metal; no public run measures what a guest's busy vCPUs add to its host, so a
+/// dynamic-power estimate states none rather than a figure that was never validated.
+fn stated_errors(selection: &BuiltinSelection, output: OutputType) -> Vec<ExpectedError> {
+    if output == OutputType::Dyn {
+        return Vec::new();
+    }
+    selection
+        .expected_error
+        .iter()
+        .map(|(zone, e)| ExpectedError {
+            zone: Arc::from(zone.as_str()),
+            mae: Watts(e.mae_w),
+            mape: e.mape,
+        })
+        .collect()
 }
 
 /// The legacy model server's request for this machine (DESIGN §7).

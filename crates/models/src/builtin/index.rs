@@ -127,6 +127,19 @@ pub struct Fallback {
     pub derivation: Vec<String>,
 }
 
+/// A family's expected error for one component on a machine it was not trained on: what
+/// the agent states beside every estimate of that component.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct StatedError {
+    /// Mean absolute error in watts.
+    pub mae_w: f64,
+    /// Mean absolute percentage error as a ratio (0.25 = 25 %).
+    pub mape: f64,
+    /// What it was measured on.
+    pub basis: String,
+}
+
 /// All built-in models of one family.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -141,6 +154,14 @@ pub struct FamilyIndex {
     pub data: Vec<String>,
     pub types: Vec<NodeType>,
     pub fallback: Fallback,
+    /// Component → expected error on held-out measurements; components without one are
+    /// estimated without a stated error.
+    #[serde(default)]
+    pub expected_error: BTreeMap<String, StatedError>,
+    /// Component → why no estimate of it is trustworthy: the agent exports no zone for it
+    /// ([`super::BuiltinSelection::without_withheld`]); the model files keep it.
+    #[serde(default)]
+    pub withheld: BTreeMap<String, String>,
 }
 
 impl FamilyIndex {
@@ -201,6 +222,15 @@ impl BuiltinIndex {
             }
             check_fallback(&family.fallback)
                 .map_err(|e| BuiltinError::Index(format!("{} fallback: {e}", family.pipeline)))?;
+            for (name, e) in &family.expected_error {
+                let ok = |v: f64| v.is_finite() && v >= 0.0;
+                if !ok(e.mae_w) || !ok(e.mape) {
+                    return Err(BuiltinError::Index(format!(
+                        "{}: expected error of {name} ({} W, {}) must be finite and ≥ 0",
+                        family.pipeline, e.mae_w, e.mape
+                    )));
+                }
+            }
             let mut ids = std::collections::BTreeSet::new();
             for t in &family.types {
                 if trainer_for(&t.components) != family.trainer || t.components.is_empty() {
@@ -254,6 +284,11 @@ impl BuiltinIndex {
             out.push_str(&format!("    \"trainer\": {},\n", ser(&family.trainer)?));
             out.push_str(&format!("    \"data\": {},\n", ser(&family.data)?));
             out.push_str(&format!("    \"fallback\": {},\n", ser(&family.fallback)?));
+            out.push_str(&format!(
+                "    \"expected_error\": {},\n",
+                ser(&family.expected_error)?
+            ));
+            out.push_str(&format!("    \"withheld\": {},\n", ser(&family.withheld)?));
             out.push_str("    \"types\": [\n");
             let lines = family
                 .types

@@ -36,6 +36,16 @@
 //!    family (Theil–Sen); the curve shape is the family's median. Unknown memory (0) is
 //!    taken as the median GB per logical CPU of the data.
 //!
+//! Every selected model holds utilisation to [0, 1] (busy CPU time beyond the machine's
+//! logical CPUs is full load), and the machine's size is its **logical** CPU count however
+//! the spec states it ([`MachineSpec::from_spec_value`]; cpuinfo counts both).
+//!
+//! Every selection also carries what its family's index says about trust: the expected
+//! error per component on held-out measurements (`expected_error`, which agents export
+//! beside the estimate) and the components without a trustworthy estimate (`withheld`, with
+//! the reason; `dram` on hosts whose CPU has no RAPL DRAM domain too), which
+//! `BuiltinSelection::without_withheld` leaves out of the predictor.
+//!
 //! The [`BuiltinSelection::reason`] says which rule applied, to what, and the factors used.
 //!
 //! # Guests (virtual machines)
@@ -66,6 +76,7 @@
 //! concave `rapl` curves the share is lower (m5n.xlarge, 4 busy vCPUs: 16.3 W against the
 //! host's 33.7 W for 4 busy CPUs of an otherwise idle host).
 
+mod clamp;
 mod index;
 mod procfs;
 mod select;
@@ -73,12 +84,13 @@ mod spec;
 
 pub use index::{
     embedded_index, round_sig, trainer_for, weight_json, Affine, BuiltinIndex, CurveParams,
-    Fallback, FallbackCurve, FamilyIndex, NodeType, INDEX_FORMAT, LINEAR_TRAINER, LOG_TRAINER,
+    Fallback, FallbackCurve, FamilyIndex, NodeType, StatedError, INDEX_FORMAT, LINEAR_TRAINER,
+    LOG_TRAINER,
 };
 pub use procfs::{parse_cpuinfo, parse_meminfo_gib, CpuInfo};
 pub use select::{
-    builtin_fallback, select_builtin, select_builtin_for_guest, select_for_guest_in, select_in,
-    BuiltinFamily, BuiltinSelection, MatchQuality,
+    builtin_fallback, fallback_in, select_builtin, select_builtin_for_guest, select_for_guest_in,
+    select_in, BuiltinFamily, BuiltinSelection, MatchQuality,
 };
 pub use spec::{normalize_processor, MachineSpec};
 

@@ -15,6 +15,9 @@ pub struct CpuInfo {
     /// Distinct `physical id` values; 1 when the text has none (arm64 kernels do not print
     /// them; read `/sys/devices/system/cpu/cpu*/topology/physical_package_id` for better).
     pub chips: u32,
+    /// Distinct (`physical id`, `core id`) pairs: physical cores. `None` when the text has no
+    /// `core id` lines (arm64, most VMs' kernels print them, some do not).
+    pub physical_cores: Option<u32>,
     /// The frequency in the model name (`@ 2.50GHz` → 2500), which is the nominal one.
     pub frequency_mhz: Option<f64>,
 }
@@ -54,13 +57,18 @@ pub fn parse_cpuinfo(text: &str) -> Result<CpuInfo, BuiltinError> {
     let mut part: Option<&str> = None;
     let mut power_cpu: Option<&str> = None;
     let mut physical_ids = std::collections::BTreeSet::new();
+    let mut cores = std::collections::BTreeSet::new();
+    let mut package: Option<&str> = None;
     for line in text.lines() {
         let Some((key, value)) = line.split_once(':') else {
             continue;
         };
         let value = value.trim();
         match key.trim() {
-            "processor" => logical = logical.saturating_add(1),
+            "processor" => {
+                logical = logical.saturating_add(1);
+                package = None;
+            }
             "model name" if model_name.is_none() => model_name = Some(value),
             "CPU implementer" if implementer.is_none() => implementer = Some(value),
             "CPU part" if part.is_none() => part = Some(value),
@@ -68,6 +76,11 @@ pub fn parse_cpuinfo(text: &str) -> Result<CpuInfo, BuiltinError> {
             "cpu" if power_cpu.is_none() => power_cpu = Some(value),
             "physical id" => {
                 physical_ids.insert(value.to_string());
+                package = Some(value);
+            }
+            // cpuinfo prints `physical id` before `core id` within a processor's block.
+            "core id" => {
+                cores.insert((package.unwrap_or(""), value));
             }
             _ => {}
         }
@@ -89,7 +102,12 @@ pub fn parse_cpuinfo(text: &str) -> Result<CpuInfo, BuiltinError> {
             .unwrap_or_default(),
     };
     let chips = u32::try_from(physical_ids.len()).unwrap_or(u32::MAX).max(1);
+    // More cores than processor entries would be a broken text; it says nothing then.
+    let physical_cores = u32::try_from(cores.len())
+        .ok()
+        .filter(|c| *c > 0 && *c <= logical);
     Ok(CpuInfo {
+        physical_cores,
         frequency_mhz: frequency_in_name(&name),
         model_name: name,
         logical_cores: logical,
@@ -140,6 +158,45 @@ mod tests {
         assert_eq!(spec.chips, 2);
         assert_eq!(spec.memory_gb, 395432100.0 / 1048576.0);
         assert_eq!(spec.frequency_mhz, Some(2500.0));
+        Ok(())
+    }
+
+    /// A 2-socket, 2-cores-per-socket host with two threads per core, in cpuinfo's order.
+    fn smt_cpuinfo() -> String {
+        let mut text = String::new();
+        for (n, (socket, core)) in [(0, 0), (0, 1), (1, 0), (1, 1)]
+            .iter()
+            .cycle()
+            .take(8)
+            .enumerate()
+        {
+            text.push_str(&format!(
+                "processor\t: {n}\nmodel name\t: Intel(R) Xeon(R) Platinum 8259CL CPU @ \
+                 2.50GHz\nphysical id\t: {socket}\nsiblings\t: 4\ncore id\t\t: {core}\n\
+                 cpu cores\t: 2\n\n"
+            ));
+        }
+        text
+    }
+
+    #[test]
+    fn counts_physical_cores_apart_from_logical_cpus() -> Result<(), BuiltinError> {
+        let cpu = parse_cpuinfo(&smt_cpuinfo())?;
+        assert_eq!(
+            (cpu.logical_cores, cpu.physical_cores, cpu.chips),
+            (8, Some(4), 2)
+        );
+        // No core ids (arm64, some VMs): unknown, not guessed.
+        assert_eq!(parse_cpuinfo(CPUINFO)?.physical_cores, None);
+        // The spec from cpuinfo and one stating physical cores describe one machine.
+        let from_proc = MachineSpec::from_proc(&smt_cpuinfo(), "MemTotal: 16000000 kB\n")?;
+        let stated = MachineSpec::from_spec_json(
+            r#"{"processor": "intel_xeon_platinum_8259cl", "cores": 4, "threads_per_core": 2}"#,
+        )?;
+        assert_eq!(
+            (from_proc.logical_cores, from_proc.physical_cores),
+            (stated.logical_cores, stated.physical_cores)
+        );
         Ok(())
     }
 

@@ -2,8 +2,10 @@
 
 use std::collections::BTreeMap;
 
+use super::clamp::{SomeComponents, UtilisationClamp};
 use super::index::{
     embedded_index, trainer_for, weight_json, BuiltinIndex, CurveParams, FamilyIndex, NodeType,
+    StatedError,
 };
 use super::spec::{cpu_key, names_core_only, MachineSpec};
 use super::BuiltinError;
@@ -100,6 +102,48 @@ pub struct BuiltinSelection {
     /// For a guest ([`select_builtin_for_guest`]): the logical CPUs of the host the model
     /// describes (its feature scale is `1000 ×` this). `None` for bare metal.
     pub guest_host_cpus: Option<u32>,
+    /// Component → the family's expected error on machines it was not trained on
+    /// ([`FamilyIndex::expected_error`]), for the components this model outputs.
+    pub expected_error: BTreeMap<String, StatedError>,
+    /// Components of this model without a trustworthy estimate on this host, and why
+    /// ([`BuiltinSelection::without_withheld`] leaves them out).
+    pub withheld: BTreeMap<String, String>,
+}
+
+impl BuiltinSelection {
+    /// The selection without its [`BuiltinSelection::withheld`] components: the predictor no
+    /// longer outputs them, they state no error, and the reason says why they are missing.
+    /// This is what an agent exports; the model files and [`BuiltinSelection::model_json`]
+    /// keep every component.
+    pub fn without_withheld(mut self) -> BuiltinSelection {
+        if self.withheld.is_empty() {
+            return self;
+        }
+        let drop: Vec<&str> = self.withheld.keys().map(String::as_str).collect();
+        self.predictor = Box::new(SomeComponents::new(self.predictor, &drop));
+        self.expected_error
+            .retain(|c, _| !drop.contains(&c.as_str()));
+        let why: Vec<String> = self
+            .withheld
+            .iter()
+            .map(|(c, why)| format!("no {c} estimate: {why}"))
+            .collect();
+        self.reason = format!("{}; {}", self.reason, why.join("; "));
+        self
+    }
+}
+
+/// RAPL has a DRAM domain on Intel server CPUs only: AMD's RAPL registers cover package and
+/// cores (DESIGN §6), Arm has no RAPL. A RAPL-like DRAM estimate on other CPUs describes a
+/// reading the machine does not have.
+fn dram_domain_withheld(spec: &MachineSpec) -> Option<String> {
+    let intel = spec.processor.starts_with("intel") || spec.processor.contains("xeon");
+    (!intel).then(|| {
+        format!(
+            "RAPL has a DRAM domain on Intel CPUs only, and processor {:?} is not one",
+            spec.processor
+        )
+    })
 }
 
 /// Chooses the built-in model of `family` for `spec` from the embedded index.
@@ -115,12 +159,17 @@ pub fn builtin_fallback(
     spec: &MachineSpec,
     family: BuiltinFamily,
 ) -> Result<BuiltinSelection, BuiltinError> {
+    fallback_in(embedded_index()?, spec, family)
+}
+
+/// [`builtin_fallback`] over a given index (the trainer validates a fresh one).
+pub fn fallback_in(
+    index: &BuiltinIndex,
+    spec: &MachineSpec,
+    family: BuiltinFamily,
+) -> Result<BuiltinSelection, BuiltinError> {
     spec.validate()?;
-    fallback(
-        family.of(embedded_index()?),
-        spec,
-        "fallback requested".into(),
-    )
+    fallback(family.of(index), spec, "fallback requested".into()).map(|s| host_notes(s, spec))
 }
 
 /// [`select_builtin`] over a given index.
@@ -130,6 +179,34 @@ pub fn select_in(
     family: BuiltinFamily,
 ) -> Result<BuiltinSelection, BuiltinError> {
     spec.validate()?;
+    select_by_rules(index, spec, family).map(|s| host_notes(s, spec))
+}
+
+/// What every selection gets from the host's own spec: the DRAM domain rule, and which CPU
+/// count sized the model when the host's physical and logical counts differ (so a spec read
+/// the wrong way round shows in `kepler probe`).
+fn host_notes(mut sel: BuiltinSelection, spec: &MachineSpec) -> BuiltinSelection {
+    let has_dram = sel.predictor.components().iter().any(|c| c == "dram");
+    if has_dram && !sel.withheld.contains_key("dram") {
+        if let Some(why) = dram_domain_withheld(spec) {
+            sel.withheld.insert("dram".into(), why);
+        }
+    }
+    if let Some(p) = spec.physical_cores.filter(|p| *p != spec.logical_cores) {
+        sel.reason = format!(
+            "{}; sized by the host's {} logical CPUs (it has {p} physical cores); utilisation \
+             held to [0, 1]",
+            sel.reason, spec.logical_cores
+        );
+    }
+    sel
+}
+
+fn select_by_rules(
+    index: &BuiltinIndex,
+    spec: &MachineSpec,
+    family: BuiltinFamily,
+) -> Result<BuiltinSelection, BuiltinError> {
     let fam = family.of(index);
     let Some(key) = cpu_key(&spec.processor) else {
         let why = format!(
@@ -247,6 +324,7 @@ pub fn select_for_guest_in(
             let host = MachineSpec {
                 processor: t.processor.clone(),
                 logical_cores: t.cores,
+                physical_cores: None,
                 chips: t.chips.unwrap_or(0),
                 memory_gb: t.memory_gb,
                 frequency_mhz: t.frequency_mhz,
@@ -323,7 +401,7 @@ pub fn select_for_guest_in(
         selection.reason
     );
     selection.guest_host_cpus = Some(host_cpus);
-    Ok(selection)
+    Ok(host_notes(selection, spec))
 }
 
 /// The guest's spec grown to a host of `cores` logical CPUs with the guest's memory per vCPU
@@ -335,6 +413,7 @@ fn host_equivalent(spec: &MachineSpec, cores: u32) -> MachineSpec {
     MachineSpec {
         processor: spec.processor.clone(),
         logical_cores: cores,
+        physical_cores: None,
         chips: 0,
         // Growing an absurd memory figure (a spec file's 1e308 GB) can overflow; such a
         // figure says nothing, so it is taken as unknown rather than made infinite.
@@ -493,6 +572,7 @@ fn from_type(
         matched,
         reason,
     )
+    .map(|s| family_notes(s, fam))
 }
 
 fn members_summary(members: &[String]) -> String {
@@ -550,6 +630,26 @@ fn fallback(
         MatchQuality::Fallback,
         reason,
     )
+    .map(|s| family_notes(s, fam))
+}
+
+/// The family's stated errors and withheld components, for the components `sel` outputs.
+fn family_notes(mut sel: BuiltinSelection, fam: &FamilyIndex) -> BuiltinSelection {
+    let components = sel.predictor.components();
+    let has = |c: &String| components.contains(c);
+    sel.expected_error = fam
+        .expected_error
+        .iter()
+        .filter(|(c, _)| has(c))
+        .map(|(c, e)| (c.clone(), e.clone()))
+        .collect();
+    sel.withheld = fam
+        .withheld
+        .iter()
+        .filter(|(c, _)| has(c))
+        .map(|(c, why)| (c.clone(), why.clone()))
+        .collect();
+    sel
 }
 
 fn build(
@@ -567,6 +667,8 @@ fn build(
         Some(&format!("{stem}.json")),
         Some(trainer_for(components)),
     )?;
+    let predictor = Box::new(UtilisationClamp::new(predictor, cores));
+
     Ok(BuiltinSelection {
         predictor,
         model_name,
@@ -574,5 +676,7 @@ fn build(
         reason,
         model_json,
         guest_host_cpus: None,
+        expected_error: BTreeMap::new(),
+        withheld: BTreeMap::new(),
     })
 }

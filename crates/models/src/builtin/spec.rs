@@ -13,8 +13,13 @@ use super::BuiltinError;
 pub struct MachineSpec {
     /// Normalised processor name ([`normalize_processor`]): `intel_xeon_platinum_8259cl`.
     pub processor: String,
-    /// Logical CPUs (hardware threads) of the whole node; the spec JSON's `cores`.
+    /// Logical CPUs (hardware threads) of the whole node: what the usage features are summed
+    /// over, so what a model's utilisation is relative to. The spec JSON's `cores`, unless the
+    /// spec says those are physical ([`MachineSpec::from_spec_value`]).
     pub logical_cores: u32,
+    /// Physical cores of the whole node, when cpuinfo or the spec tells them apart from
+    /// logical CPUs. Only reported: every model is scaled by logical CPUs.
+    pub physical_cores: Option<u32>,
     /// Sockets; 0 when unknown.
     pub chips: u32,
     /// Memory in GiB (`MemTotal`); 0 when unknown.
@@ -113,6 +118,7 @@ impl MachineSpec {
                 processor
             },
             logical_cores: cpu.logical_cores,
+            physical_cores: cpu.physical_cores,
             chips: cpu.chips,
             memory_gb,
             frequency_mhz: cpu.frequency_mhz,
@@ -129,6 +135,18 @@ impl MachineSpec {
     /// Reads a parsed spec JSON object. `processor` and `cores` are required; `chips` and
     /// `memory` may be absent (unknown), `frequency` absent or null. Numbers may be written
     /// as floats (`4.0`, as in the SPECpower node-type index). Other keys are ignored.
+    ///
+    /// `cores` counts logical CPUs, as in the model server's EC2 index (`cores: 96` for an
+    /// m5.metal with 48 physical cores). A spec may say otherwise, and then the logical count
+    /// is resolved ([`resolve_cores`]):
+    ///
+    /// - `threads` (logical CPUs, SPECpower's column) larger than `cores`: `cores` are physical;
+    /// - `threads_per_core` (lscpu's "Thread(s) per core") above 1: `cores` (or
+    ///   `physical_cores`) are physical, logical = physical × threads per core;
+    /// - `physical_cores` alone is only recorded.
+    ///
+    /// A spec whose numbers contradict each other (`threads` below `cores`, or not
+    /// physical × threads per core) is an error: which count is the machine's cannot be told.
     pub fn from_spec_value(value: &Value) -> Result<MachineSpec, BuiltinError> {
         let Value::Object(obj) = value else {
             return Err(BuiltinError::Spec(
@@ -144,19 +162,21 @@ impl MachineSpec {
             }
             None => return Err(BuiltinError::Spec("machine spec has no processor".into())),
         };
-        let logical_cores = count(obj, "cores")?
+        let cores = count(obj, "cores")?
             .ok_or_else(|| BuiltinError::Spec("machine spec has no cores".into()))?;
-        if logical_cores == 0 {
-            return Err(BuiltinError::Spec(
-                "machine spec cores must be at least 1".into(),
-            ));
-        }
+        let (logical_cores, physical_cores) = resolve_cores(
+            cores,
+            count(obj, "threads")?,
+            count(obj, "physical_cores")?,
+            count(obj, "threads_per_core")?,
+        )?;
         let chips = count(obj, "chips")?.unwrap_or(0);
         let memory_gb = positive(obj, "memory")?.unwrap_or(0.0);
         let frequency_mhz = positive(obj, "frequency")?;
         Ok(MachineSpec {
             processor,
             logical_cores,
+            physical_cores,
             chips,
             memory_gb,
             frequency_mhz,
@@ -169,6 +189,10 @@ impl MachineSpec {
         let mut obj = Map::new();
         obj.insert("processor".into(), Value::from(self.processor.clone()));
         obj.insert("cores".into(), Value::from(self.logical_cores));
+        // Only when it differs: `cores` stays the logical count either way.
+        if let Some(p) = self.physical_cores.filter(|p| *p != self.logical_cores) {
+            obj.insert("physical_cores".into(), Value::from(p));
+        }
         if self.chips > 0 {
             obj.insert("chips".into(), Value::from(self.chips));
         }
@@ -203,6 +227,62 @@ impl MachineSpec {
         }
         Ok(())
     }
+}
+
+/// Logical and physical cores from a spec's `cores`, `threads`, `physical_cores` and
+/// `threads_per_core` (rules in [`MachineSpec::from_spec_value`]).
+pub(crate) fn resolve_cores(
+    cores: u32,
+    threads: Option<u32>,
+    physical: Option<u32>,
+    threads_per_core: Option<u32>,
+) -> Result<(u32, Option<u32>), BuiltinError> {
+    let bad = |why: String| Err(BuiltinError::Spec(format!("machine spec {why}")));
+    if cores == 0 {
+        return bad("cores must be at least 1".into());
+    }
+    if threads_per_core == Some(0) || threads == Some(0) || physical == Some(0) {
+        return bad("threads, physical_cores and threads_per_core must be at least 1".into());
+    }
+    let tpc = threads_per_core.unwrap_or(1);
+    let (logical, phys) = match (threads, physical) {
+        (Some(t), _) if t < cores => {
+            return bad(format!(
+                "threads {t} are fewer than cores {cores}: a core has at least one thread"
+            ))
+        }
+        (Some(t), p) if t > cores => (t, Some(p.unwrap_or(cores))),
+        (Some(t), p) => (t, p),
+        // With threads per core above 1, a core count is a physical one (as lscpu gives
+        // them); `physical_cores` says so outright.
+        (None, Some(p)) if tpc > 1 => {
+            let logical = p.saturating_mul(tpc);
+            if cores != p && cores != logical {
+                return bad(format!(
+                    "cores {cores} are neither the {p} physical cores nor {p} × {tpc} threads"
+                ));
+            }
+            (logical, Some(p))
+        }
+        (None, None) if tpc > 1 => (cores.saturating_mul(tpc), Some(cores)),
+        (None, p) => (cores, p),
+    };
+    if let Some(p) = phys {
+        if p > logical {
+            return bad(format!(
+                "physical_cores {p} exceed the {logical} logical CPUs"
+            ));
+        }
+        if threads_per_core.is_some() && p.saturating_mul(tpc) != logical {
+            return bad(format!(
+                "{p} physical cores × {tpc} threads per core are not the {logical} logical CPUs"
+            ));
+        }
+    }
+    if logical > MAX_CORES {
+        return bad(format!("logical CPUs {logical} exceed {MAX_CORES}"));
+    }
+    Ok((logical, phys))
 }
 
 /// Whole numbers print without a fraction (`377`, not `377.0`), as the model server writes.
@@ -365,6 +445,55 @@ mod tests {
             r#"{"processor": "intel_xeon_x3360", "cores": 4.0, "chips": 1.0, "memory": 4.0}"#,
         )?;
         assert_eq!((f.logical_cores, f.chips, f.frequency_mhz), (4, 1, None));
+        Ok(())
+    }
+
+    #[test]
+    fn physical_cores_in_a_spec_resolve_to_logical_cpus() -> Result<(), BuiltinError> {
+        let cores = |text: &str| {
+            MachineSpec::from_spec_json(text).map(|s| (s.logical_cores, s.physical_cores))
+        };
+        let p = r#""processor": "intel_xeon_platinum_8259cl""#;
+        // The model server's convention: cores are logical.
+        assert_eq!(cores(&format!(r#"{{{p}, "cores": 96}}"#))?, (96, None));
+        // SPECpower's columns: cores and threads.
+        assert_eq!(
+            cores(&format!(r#"{{{p}, "cores": 48, "threads": 96}}"#))?,
+            (96, Some(48))
+        );
+        assert_eq!(
+            cores(&format!(r#"{{{p}, "cores": 96, "threads": 96}}"#))?,
+            (96, None)
+        );
+        // lscpu's: cores and threads per core.
+        assert_eq!(
+            cores(&format!(r#"{{{p}, "cores": 48, "threads_per_core": 2}}"#))?,
+            (96, Some(48))
+        );
+        assert_eq!(
+            cores(&format!(
+                r#"{{{p}, "cores": 96, "physical_cores": 48, "threads_per_core": 2}}"#
+            ))?,
+            (96, Some(48))
+        );
+        assert_eq!(
+            cores(&format!(r#"{{{p}, "cores": 96, "physical_cores": 48}}"#))?,
+            (96, Some(48))
+        );
+        assert_eq!(
+            cores(&format!(r#"{{{p}, "cores": 8, "threads_per_core": 1}}"#))?,
+            (8, None)
+        );
+        // Contradictions are errors, not guesses.
+        for bad in [
+            r#""cores": 96, "threads": 48"#,
+            r#""cores": 96, "physical_cores": 100"#,
+            r#""cores": 90, "physical_cores": 48, "threads_per_core": 2"#,
+            r#""cores": 48, "threads": 100, "threads_per_core": 2"#,
+            r#""cores": 48, "threads_per_core": 0"#,
+        ] {
+            assert!(cores(&format!("{{{p}, {bad}}}")).is_err(), "{bad}");
+        }
         Ok(())
     }
 

@@ -55,9 +55,19 @@ fn the_builtin_model_follows_the_host() {
     let bare = open_model_meter(&settings, &host(&dir, false), CPU_TIME, &background).unwrap();
     assert!(bare.model_name().starts_with("builtin/aws/"), "{bare:?}");
     assert_eq!(bare.output(), OutputType::Abs);
-    assert_eq!(bare.zones(), ["package", "dram"]);
     let detail = bare.detail().unwrap();
     assert!(detail.contains("intel_xeon_platinum_8259cl"), "{detail}");
+    // The built-in DRAM estimate is withheld (see the index), and says so.
+    let withheld = &kepler_models::builtin::embedded_index()
+        .unwrap()
+        .rapl
+        .withheld;
+    if withheld.contains_key("dram") {
+        assert_eq!(bare.zones(), ["package"]);
+        assert!(detail.contains("no dram estimate: "), "{detail}");
+    } else {
+        assert_eq!(bare.zones(), ["package", "dram"]);
+    }
 
     // Inside a VM: dynamic power only, unless configured otherwise.
     let guest_host = host(&dir, true);
@@ -169,4 +179,51 @@ fn an_unreachable_url_without_a_cache_is_unavailable() {
     let err = open_model_meter(&settings, &host(&dir, false), CPU_TIME, &background).unwrap_err();
     assert!(err.reason.starts_with("estimator: "), "{err}");
     assert!(background.take().is_empty());
+}
+
+#[test]
+fn builtin_estimates_state_the_expected_error_of_their_model() {
+    let dir = tempfile::tempdir().unwrap();
+    let background = Background::new();
+    let settings = EstimatorSettings::default();
+    let bare = open_model_meter(&settings, &host(&dir, false), CPU_TIME, &background).unwrap();
+    let meta = bare.meta();
+    let index = kepler_models::builtin::embedded_index().unwrap();
+    let stated: Vec<(&str, f64, f64)> = meta
+        .expected_error
+        .iter()
+        .map(|e| (&*e.zone, e.mae.0, e.mape))
+        .collect();
+    let mut want: Vec<(&str, f64, f64)> = index
+        .rapl
+        .expected_error
+        .iter()
+        .map(|(zone, e)| (zone.as_str(), e.mae_w, e.mape))
+        .collect();
+    // Only zones the meter exports state an error.
+    want.retain(|w| bare.zones().iter().any(|z| z == w.0));
+    want.sort_by_key(|w| bare.zones().iter().position(|z| z == w.0));
+    let mut stated_sorted = stated.clone();
+    stated_sorted.sort_by_key(|w| bare.zones().iter().position(|z| z == w.0));
+    assert_eq!(stated_sorted, want);
+    assert_eq!(stated.len(), bare.zones().len(), "{stated:?}");
+    assert!(stated.iter().all(|s| s.1 > 0.0 && s.2 > 0.0), "{stated:?}");
+    let detail = bare.detail().unwrap();
+    assert!(
+        detail.contains("expected error ") && detail.contains("package ±"),
+        "{detail}"
+    );
+
+    // A guest's dynamic power was never validated: no stated error.
+    let guest = open_model_meter(&settings, &host(&dir, true), CPU_TIME, &background).unwrap();
+    assert!(guest.meta().expected_error.is_empty());
+    // Nor for a model file, whose validation the agent does not know.
+    let path = dir.path().join("SGDRegressorTrainer_0.json");
+    std::fs::write(&path, LINEAR).unwrap();
+    let file = EstimatorSettings {
+        model: ModelChoice::File(path),
+        ..EstimatorSettings::default()
+    };
+    let meter = open_model_meter(&file, &host(&dir, false), CPU_TIME, &background).unwrap();
+    assert!(meter.meta().expected_error.is_empty());
 }
