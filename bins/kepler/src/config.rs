@@ -463,9 +463,6 @@ impl Config {
                 "kube.enabled (pod names and namespaces; pod ids still come from cgroup paths)",
             );
         }
-        if self.debug.pprof.enabled {
-            keys.push("debug.pprof.enabled (Go profiles; profile this agent with perf instead)");
-        }
         // Upstream's files carry `chipRules: []`; only rules that say something need a warning.
         if self
             .experimental

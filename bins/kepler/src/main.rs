@@ -6,6 +6,21 @@ use kepler_agent::cli::{Cli, Command};
 use kepler_agent::config::Config;
 use kepler_agent::logging::{LogFormat, Stream};
 
+// jemalloc, so that `debug.pprof.enabled` can serve heap profiles from its sampling profiler
+// (see kepler_agent::profiling). Profiling is built in but starts inactive: the agent turns it
+// on only when asked, and until then pays one branch per allocation.
+#[cfg(not(target_env = "msvc"))]
+#[global_allocator]
+static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
+
+/// jemalloc reads its options from this symbol at start-up: profiling compiled in (`prof`),
+/// sampling off until activated, one sample per 512 KiB allocated on average (Go's heap profile
+/// samples every 512 KiB too).
+#[cfg(not(target_env = "msvc"))]
+#[allow(non_upper_case_globals)]
+#[export_name = "malloc_conf"]
+pub static malloc_conf: &[u8] = b"prof:true,prof_active:false,lg_prof_sample:19\0";
+
 fn main() -> Result<()> {
     // kingpin, which upstream uses, exits with status 1 on a bad flag (clap would use 2);
     // scripts and probes written for upstream check for that.
