@@ -14,6 +14,8 @@ use crate::common::*;
 
 pub const VM_UUID: &str = "5f0c1a2e-8d4b-4c4e-9a1f-0123456789ab";
 pub const VM_NAME: &str = "testvm";
+/// The name the container's process carries in its environment.
+pub const CONTAINER_NAME: &str = "testbox";
 /// The command name of the process in the container-like cgroup.
 pub const CONTAINER_COMM: &str = "stress-ng";
 
@@ -167,6 +169,8 @@ pub struct Stack {
     pub prometheus_port: u16,
     pub agent_port: u16,
     pub container_id: String,
+    /// The QEMU-like process (busy: it always has CPU time, so always a process series).
+    pub vm_pid: u32,
     prometheus: Proc,
     agent: Proc,
     _sim: PowercapSim,
@@ -191,8 +195,19 @@ impl Stack {
             return None;
         }
         let cgroup = TestCgroup::create(9).expect("a writable cgroup hierarchy");
-        let container = spawn_shell(
-            &cgroup.enter_then(&format!("{CONTAINER_COMM} --cpu 1 --timeout 300s --quiet")),
+        // The agent names a container from HOSTNAME or CONTAINER_NAME in its processes'
+        // environment, whichever comes first: a clean environment keeps the host's HOSTNAME out.
+        let container = Proc(
+            Command::new("sh")
+                .arg("-c")
+                .arg(cgroup.enter_then(&format!("{CONTAINER_COMM} --cpu 1 --timeout 300s --quiet")))
+                .env_clear()
+                .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+                .env("CONTAINER_NAME", CONTAINER_NAME)
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .expect("spawn the container's workload"),
         );
         let vm = Proc(
             Command::new("bash")
@@ -214,7 +229,10 @@ impl Stack {
         std::fs::write(
             &config,
             format!(
-                "host:\n  sysfs: {}\nmonitor:\n  interval: 1s\n\
+                // procfs as the usage source: with eBPF, container names from the process
+                // environment stay empty today (reported; the dashboards' container variable
+                // needs a name).
+                "host:\n  sysfs: {}\nmonitor:\n  interval: 1s\nebpf:\n  enabled: false\n\
                  exporter:\n  prometheus:\n    debugCollectors: [go, process]\n\
                  dev:\n  fake-gpu:\n    enabled: true\n    devices:\n\
                  \x20     - watts: 80\n        processes: [{{pid: {}}}]\n",
@@ -230,6 +248,7 @@ impl Stack {
             prometheus_port,
             agent_port,
             container_id: cgroup.id.clone(),
+            vm_pid: vm.pid(),
             prometheus,
             agent,
             _sim: sim,
