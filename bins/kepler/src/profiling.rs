@@ -5,11 +5,11 @@
 //!
 //! CPU profiles sample stacks on `SIGPROF` at Go's 100 Hz (the `pprof` crate). Heap profiles
 //! come from jemalloc's own sampling profiler, which exists only where jemalloc is the
-//! allocator: `main.rs` makes it the global allocator of the `kepler` binary with profiling
-//! built in but inactive, and [`activate_heap_profiling`] switches sampling on at start-up when
-//! this option is on. Off, the agent pays one branch per allocation and serves none of these
-//! paths (404). A heap dump goes through a temporary file (jemalloc writes its dumps to files),
-//! so `/debug/pprof/heap` needs a writable `TMPDIR`.
+//! allocator: the `kepler` binary allocates with the system allocator unless profiles are
+//! asked for, and then restarts itself on jemalloc with profiling on (bins/kepler/src/
+//! allocator.rs). Off, none of these paths is served (404). A heap dump goes through a
+//! temporary file (jemalloc writes its dumps to files), so `/debug/pprof/heap` needs a writable
+//! `TMPDIR`.
 
 use std::io::Write;
 use std::time::Duration;
@@ -29,6 +29,17 @@ const DEFAULT_SECONDS: u64 = 30;
 /// A longer profile holds the (process-wide, single) profiler and a connection for longer
 /// than anyone means to; Go bounds it by the server's write timeout.
 const MAX_SECONDS: u64 = 600;
+
+/// Set in a process's environment, the `kepler` binary allocates with jemalloc and profiles
+/// its heap from the first allocation (bins/kepler/src/allocator.rs); it sets it itself and
+/// restarts when `debug.pprof.enabled` is on.
+pub const HEAP_ENV: &std::ffi::CStr = c"KEPLER_HEAP_PROFILING";
+
+/// Whether this process allocates with jemalloc: the allocator chose from the same variable
+/// before the first allocation, and nothing changes the environment since.
+fn on_jemalloc() -> bool {
+    HEAP_ENV.to_str().ok().and_then(std::env::var_os).is_some()
+}
 
 /// Why a profile could not be served.
 #[derive(Debug, thiserror::Error)]
@@ -138,6 +149,10 @@ fn gzip(data: &[u8]) -> Result<Vec<u8>, ProfileError> {
 
 #[cfg(not(target_env = "msvc"))]
 async fn heap_profile() -> Result<Vec<u8>, ProfileError> {
+    // jemalloc linked in but not allocating would answer with an empty profile.
+    if !on_jemalloc() {
+        return Err(ProfileError::HeapUnavailable);
+    }
     let ctl = jemalloc_pprof::PROF_CTL
         .as_ref()
         .ok_or(ProfileError::HeapUnavailable)?
@@ -161,12 +176,15 @@ async fn heap_profile() -> Result<Vec<u8>, ProfileError> {
     Err(ProfileError::HeapUnavailable)
 }
 
-/// Switches jemalloc's allocation sampling on (the binary starts it inactive). Returns whether
-/// heap profiles will be served; `false` where the process does not run on jemalloc with
-/// profiling built in (the library's own tests, for instance).
+/// Makes sure jemalloc's allocation sampling is on. Returns whether heap profiles will be
+/// served; `false` where the process does not run on jemalloc with profiling (the library's own
+/// tests, or a binary that could not restart on it).
 pub async fn activate_heap_profiling() -> bool {
     #[cfg(not(target_env = "msvc"))]
     {
+        if !on_jemalloc() {
+            return false;
+        }
         let Some(ctl) = jemalloc_pprof::PROF_CTL.as_ref() else {
             return false;
         };
