@@ -155,16 +155,19 @@ pub fn run(config: Config) -> Result<()> {
         let server = kepler_http::Server::bind(&config.web.listen_addresses, web)
             .await
             .context("web.listenAddresses")?;
+        let mut router = kepler_exporters::router_with(
+            state.clone(),
+            Routes {
+                metrics: config.exporter.prometheus.enabled,
+            },
+        );
+        if config.debug.pprof.enabled {
+            let heap = crate::profiling::activate_heap_profiling().await;
+            info!(heap, "serving profiles at /debug/pprof/");
+            router = router.merge(crate::profiling::router());
+        }
         server
-            .serve(
-                kepler_exporters::router_with(
-                    state.clone(),
-                    Routes {
-                        metrics: config.exporter.prometheus.enabled,
-                    },
-                ),
-                shutdown_signal(),
-            )
+            .serve(router, shutdown_signal())
             .await
             .context("serving HTTP")
     });

@@ -461,8 +461,6 @@ impl Config {
     /// users must hear that instead of wondering where pod names or GPU power are.
     pub fn not_implemented(&self) -> Vec<&'static str> {
         let mut keys = Vec::new();
-        if self.debug.pprof.enabled {
-            keys.push("debug.pprof.enabled (Go profiles; profile this agent with perf instead)");
         }
         // Upstream's files carry `chipRules: []`; only rules that say something need a warning.
         if self

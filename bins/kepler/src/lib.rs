@@ -11,6 +11,7 @@ pub mod config;
 pub mod estimator;
 pub mod logging;
 pub mod probe;
+pub mod profiling;
 pub mod sampler;
 pub mod service;
 pub mod setup;

@@ -6,6 +6,13 @@ use kepler_agent::cli::{Cli, Command};
 use kepler_agent::config::Config;
 use kepler_agent::logging::{LogFormat, Stream};
 
+#[cfg(not(target_env = "msvc"))]
+mod allocator;
+
+#[cfg(not(target_env = "msvc"))]
+#[global_allocator]
+static ALLOCATOR: allocator::Switch = allocator::Switch;
+
 fn main() -> Result<()> {
     // kingpin, which upstream uses, exits with status 1 on a bad flag (clap would use 2);
     // scripts and probes written for upstream check for that.
@@ -19,12 +26,21 @@ fn main() -> Result<()> {
         }
     };
     let loaded = Config::load(cli.config_file.as_deref(), &cli.overrides())?;
+    // Heap profiles need jemalloc from the first allocation: start over on it (see allocator.rs).
+    #[cfg(not(target_env = "msvc"))]
+    let restart_error =
+        (loaded.config.debug.pprof.enabled && cli.command.is_none() && !allocator::jemalloc())
+            .then(|| restart_with_heap_profiling(cli.config_file.as_deref()));
     // `kepler probe` prints its report on stdout; its logs must not mix into it.
     let stream = match cli.command {
         Some(Command::Probe) => Stream::Stderr,
         None => Stream::for_stdout_exporter(loaded.config.exporter.stdout.enabled),
     };
     kepler_agent::logging::init(&loaded.config.log, stream)?;
+    #[cfg(not(target_env = "msvc"))]
+    if let Some(e) = restart_error {
+        tracing::warn!(error = %e, "could not restart on jemalloc; heap profiles unavailable");
+    }
     log_start(&loaded.config, stream);
     for key in &loaded.unknown_keys {
         tracing::warn!(key = %key, "unknown config key ignored");
@@ -67,4 +83,30 @@ fn log_start(config: &Config, stream: Stream) {
         Stream::Stdout => std::io::Write::write_all(&mut std::io::stdout(), text.as_bytes()),
         Stream::Stderr => std::io::Write::write_all(&mut std::io::stderr(), text.as_bytes()),
     };
+}
+
+/// Replaces this process (same pid, same arguments) with one that allocates with jemalloc and
+/// profiles its heap. Returns only on failure.
+#[cfg(not(target_env = "msvc"))]
+fn restart_with_heap_profiling(config_file: Option<&std::path::Path>) -> std::io::Error {
+    use std::os::unix::ffi::OsStrExt;
+    use std::os::unix::process::CommandExt;
+    // The new process reads the configuration again: a pipe (`--config.file <(...)`) would be
+    // empty by then and silently change the configuration.
+    if config_file.is_some_and(|f| !f.is_file()) {
+        return std::io::Error::other(
+            "--config.file is not a regular file and cannot be read twice",
+        );
+    }
+    let exe = match std::env::current_exe() {
+        Ok(exe) => exe,
+        Err(e) => return e,
+    };
+    let mut args = std::env::args_os();
+    let mut command = std::process::Command::new(exe);
+    if let Some(arg0) = args.next() {
+        command.arg0(arg0);
+    }
+    let name = std::ffi::OsStr::from_bytes(allocator::ENV.to_bytes());
+    command.args(args).env(name, "1").exec()
 }

@@ -94,8 +94,10 @@ const KEYS: &[(&str, &str, Status, &str)] = &[
     (
         "debug.pprof.enabled",
         "true",
-        Warned,
-        "no Go runtime to profile",
+        Differs,
+        "CPU and heap profiles (pprof format, gzipped) at `/debug/pprof/profile` and \
+         `/debug/pprof/heap`; Go's runtime profiles (goroutine, block, mutex, ...) have no \
+         equivalent",
     ),
     ("web.configFile", "\"\"", Same, "`\"\"`: none"),
     ("web.listenAddresses", "[\":28282\"]", Same, ""),
@@ -193,7 +195,7 @@ const FLAGS: &[(&str, Option<&str>, Status, &str)] = &[
     ("--host.procfs", Some("/host/proc"), Same, ""),
     ("--monitor.interval", Some("5s"), Same, ""),
     ("--monitor.max-terminated", Some("-1"), Same, ""),
-    ("--debug.pprof", None, Warned, ""),
+    ("--debug.pprof", None, Differs, "as `debug.pprof.enabled`"),
     ("--web.config-file", Some(""), Same, ""),
     ("--web.listen-address", Some(":28282"), Same, "repeatable"),
     (
@@ -334,7 +336,25 @@ const ENDPOINTS: &[(&str, Status, &str)] = &[
     ),
     ("/healthz", Same, "older manifests' probe"),
     ("/readyz", Same, "older manifests' probe"),
-    ("/debug/pprof/", Missing, "no Go runtime"),
+    ("/debug/pprof/", Same, "index; with `debug.pprof.enabled`"),
+    (
+        "/debug/pprof/profile",
+        Same,
+        "CPU profile, `seconds` (default 30, at most 600), sampled at 100 Hz",
+    ),
+    (
+        "/debug/pprof/heap",
+        Differs,
+        "memory in use (`inuse_space`), sampled by jemalloc every 512 KiB; no `gc` parameter",
+    ),
+    ("/debug/pprof/allocs", Missing, "Go runtime profile"),
+    ("/debug/pprof/block", Missing, "Go runtime profile"),
+    ("/debug/pprof/goroutine", Missing, "Go runtime profile"),
+    ("/debug/pprof/mutex", Missing, "Go runtime profile"),
+    ("/debug/pprof/threadcreate", Missing, "Go runtime profile"),
+    ("/debug/pprof/trace", Missing, "Go execution trace"),
+    ("/debug/pprof/cmdline", Missing, "Go runtime endpoint"),
+    ("/debug/pprof/symbol", Missing, "Go runtime endpoint"),
 ];
 
 /// `a.b.c: v` as nested YAML.
@@ -418,6 +438,7 @@ fn metric_families_and_paths_exist_as_stated() {
     let paths: Vec<&str> = kepler_exporters::routes::PATHS
         .iter()
         .map(|p| p.0)
+        .chain(kepler_agent::profiling::PATHS.iter().copied())
         .collect();
     for (path, status, _) in ENDPOINTS {
         assert_eq!(paths.contains(path), *status != Missing, "{path}");

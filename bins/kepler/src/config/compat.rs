@@ -16,8 +16,8 @@ closed_choice! {
     }
 }
 
-/// The `debug` section. Upstream's `pprof` serves Go profiles; there is no Go runtime to
-/// profile here, so enabling it only earns a warning (see `Config::not_implemented`).
+/// The `debug` section. `pprof.enabled` serves CPU and heap profiles at upstream's
+/// `/debug/pprof/` paths (see `crate::profiling`).
 #[derive(Clone, Debug, Default, Deserialize, PartialEq)]
 #[serde(default)]
 pub struct DebugConfig {
