@@ -461,7 +461,6 @@ impl Config {
     /// users must hear that instead of wondering where pod names or GPU power are.
     pub fn not_implemented(&self) -> Vec<&'static str> {
         let mut keys = Vec::new();
-        }
         // Upstream's files carry `chipRules: []`; only rules that say something need a warning.
         if self
             .experimental
