@@ -2,11 +2,13 @@
 //! middleware that the server puts in front of every route of the router it serves.
 
 use std::collections::{HashMap, HashSet};
+use std::net::{IpAddr, Ipv6Addr, SocketAddr};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant};
 
-use axum::extract::{Request, State};
-use axum::http::header::{AUTHORIZATION, WWW_AUTHENTICATE};
+use axum::extract::{ConnectInfo, Request, State};
+use axum::http::header::{AUTHORIZATION, RETRY_AFTER, WWW_AUTHENTICATE};
 use axum::http::{HeaderName, HeaderValue, StatusCode};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
@@ -14,7 +16,7 @@ use base64::Engine as _;
 use ring::hmac;
 use tokio::sync::Semaphore;
 
-use crate::rate_limit::Bucket;
+use crate::rate_limit::{Bucket, RateLimit};
 use crate::web_config::{BcryptHash, WebConfig, WebConfigError};
 
 /// Basic auth and extra headers, applied to every route.
@@ -39,7 +41,7 @@ impl Guard {
             headers: web.headers.clone(),
             rate: web
                 .rate_limit
-                .map(|limit| Bucket::new(limit, std::time::Instant::now())),
+                .map(|limit| Bucket::new(limit, Instant::now())),
         })
     }
 
@@ -57,16 +59,28 @@ pub(crate) async fn guard_layer(
     if guard
         .rate
         .as_ref()
-        .is_some_and(|b| !b.allow(std::time::Instant::now()))
+        .is_some_and(|b| !b.allow(Instant::now()))
     {
-        let mut r = (StatusCode::TOO_MANY_REQUESTS, "Too Many Requests\n").into_response();
+        let mut r = too_many();
         for (name, value) in &guard.headers {
             r.headers_mut().insert(name.clone(), value.clone());
         }
         return r;
     }
-    let mut response = match &guard.auth {
-        Some(auth) if !auth.check(request.headers().get(AUTHORIZATION)).await => {
+    let client = request
+        .extensions()
+        .get::<ConnectInfo<SocketAddr>>()
+        .map(|c| c.0.ip());
+    let verdict = match &guard.auth {
+        Some(auth) => {
+            auth.check(request.headers().get(AUTHORIZATION), client)
+                .await
+        }
+        None => Verdict::Allowed,
+    };
+    let mut response = match verdict {
+        Verdict::Allowed => next.run(request).await,
+        Verdict::Denied => {
             let mut r = (StatusCode::UNAUTHORIZED, "Unauthorized\n").into_response();
             r.headers_mut().insert(
                 WWW_AUTHENTICATE,
@@ -74,7 +88,7 @@ pub(crate) async fn guard_layer(
             );
             r
         }
-        _ => next.run(request).await,
+        Verdict::Limited => too_many(),
     };
     for (name, value) in &guard.headers {
         response.headers_mut().insert(name.clone(), value.clone());
@@ -82,25 +96,57 @@ pub(crate) async fn guard_layer(
     response
 }
 
+fn too_many() -> Response {
+    let mut r = (StatusCode::TOO_MANY_REQUESTS, "Too Many Requests\n").into_response();
+    r.headers_mut()
+        .insert(RETRY_AFTER, HeaderValue::from_static("2"));
+    r
+}
+
+/// The outcome of checking one request's credentials.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub(crate) enum Verdict {
+    Allowed,
+    /// Missing or wrong credentials: 401.
+    Denied,
+    /// Not checked: the client spent its attempts, or too many checks are queued: 429.
+    Limited,
+}
+
 /// Basic auth against bcrypt hashes. bcrypt is deliberately slow (tens of milliseconds at the
-/// usual cost), too slow to pay on every scrape, so a successful check is remembered under an
-/// HMAC of the presented credentials with a per-process random key: the cache holds no
-/// password, and its keys are useless outside this process.
+/// usual cost), too slow to pay on every scrape, so a successful check is remembered for
+/// [`BasicAuth::VERIFIED_TTL`] under an HMAC of the presented credentials with a per-process
+/// random key: the cache holds no password, and its keys are useless outside this process.
 ///
-/// Failed checks are not cached, so every request with bad credentials costs a bcrypt run. To
-/// keep an unauthenticated client from occupying every core with them, at most
-/// [`BasicAuth::MAX_CONCURRENT_BCRYPT`] run at once and further requests wait their turn
-/// (exporter-toolkit serialises them behind a mutex). Credentials already verified skip the
-/// queue, so a scraper that has authenticated once keeps being answered during such a flood.
+/// Credentials not in the cache cost a bcrypt run, which an unauthenticated client must not be
+/// able to buy at will, or the agent measuring the node becomes its biggest consumer:
+/// - each client (an IPv4 address, or an IPv6 /64) has [`BasicAuth::ATTEMPT_BURST`] checks,
+///   refilled one per [`BasicAuth::ATTEMPT_REFILL`]; past that it gets 429 without a check;
+/// - each client has at most one check waiting or running;
+/// - at most [`BasicAuth::max_concurrent_bcrypt`] checks run at once, off the async workers,
+///   and at most [`BasicAuth::MAX_WAITING`] wait for a turn; further ones get 429.
+///
+/// Credentials already verified skip all of this, so a scraper that has authenticated once
+/// keeps being answered during a flood.
 struct BasicAuth {
     users: HashMap<String, BcryptHash>,
     /// Checked for unknown users so that a wrong name costs as much as a wrong password, which
     /// keeps user names from being probed by timing.
     dummy_hash: String,
     key: hmac::Key,
-    verified: Mutex<HashSet<[u8; 32]>>,
+    /// Verified credentials' tags and when they were verified.
+    verified: Mutex<HashMap<[u8; 32], Instant>>,
+    /// Check attempts left per client.
+    attempts: Mutex<HashMap<IpAddr, Bucket>>,
+    /// Shared by clients beyond [`BasicAuth::MAX_CLIENTS`], so that many addresses cannot
+    /// grow the table or get fresh budgets.
+    overflow: Bucket,
     /// One permit per bcrypt run allowed at a time.
     bcrypt_permits: Arc<Semaphore>,
+    /// Checks waiting for a permit.
+    waiting: AtomicUsize,
+    /// Clients with a check waiting or running.
+    in_flight: Mutex<HashSet<IpAddr>>,
     /// bcrypt runs in progress and the most seen at once, so that tests can check the bound.
     bcrypt_running: Arc<BcryptRunning>,
 }
@@ -115,9 +161,35 @@ impl BasicAuth {
     /// Bounds the cache; every entry is a distinct valid credential, so this is only reached
     /// by many users or password changes without restart.
     const MAX_CACHED: usize = 1024;
-    /// Small enough to leave cores for the tick loop and for scrapes; two rather than the
-    /// toolkit's one so that a single check in progress does not stall every other login.
-    const MAX_CONCURRENT_BCRYPT: usize = 2;
+    /// How long a verified credential is trusted without another bcrypt run. Short enough that
+    /// a leaked, since-removed entry does not live on for long; long enough that a scraper
+    /// every 15–60 s pays bcrypt once every several scrapes.
+    const VERIFIED_TTL: Duration = Duration::from_secs(300);
+    /// Checks a client may make at once before being limited...
+    const ATTEMPT_BURST: u32 = 10;
+    /// ... and how often it earns another: at cost 10, a few percent of one core per client.
+    const ATTEMPT_REFILL: Duration = Duration::from_secs(2);
+    /// Clients whose attempts are tracked; idle ones (full budget) are forgotten first.
+    const MAX_CLIENTS: usize = 4096;
+    /// Checks allowed to wait for a bcrypt turn.
+    const MAX_WAITING: usize = 64;
+
+    /// One bcrypt run at a time per four cores, at least one, so that a flood of logins from
+    /// many clients leaves cores for the tick loop and for scrapes (exporter-toolkit
+    /// serialises all checks).
+    fn max_concurrent_bcrypt() -> usize {
+        std::thread::available_parallelism()
+            .map(|n| n.get() / 4)
+            .unwrap_or(1)
+            .max(1)
+    }
+
+    fn attempt_limit() -> RateLimit {
+        RateLimit {
+            interval: Self::ATTEMPT_REFILL,
+            burst: Self::ATTEMPT_BURST,
+        }
+    }
 
     fn new(web: &WebConfig) -> Result<BasicAuth, WebConfigError> {
         let err = |message: String| WebConfigError::Field {
@@ -140,24 +212,49 @@ impl BasicAuth {
             users: web.basic_auth_users.clone().into_iter().collect(),
             dummy_hash,
             key,
-            verified: Mutex::new(HashSet::new()),
-            bcrypt_permits: Arc::new(Semaphore::new(Self::MAX_CONCURRENT_BCRYPT)),
+            verified: Mutex::new(HashMap::new()),
+            attempts: Mutex::new(HashMap::new()),
+            overflow: Bucket::new(Self::attempt_limit(), Instant::now()),
+            bcrypt_permits: Arc::new(Semaphore::new(Self::max_concurrent_bcrypt())),
+            waiting: AtomicUsize::new(0),
+            in_flight: Mutex::new(HashSet::new()),
             bcrypt_running: Arc::default(),
         })
     }
 
-    async fn check(&self, header: Option<&HeaderValue>) -> bool {
+    async fn check(&self, header: Option<&HeaderValue>, client: Option<IpAddr>) -> Verdict {
         let Some(decoded) = header.and_then(decode_basic) else {
-            return false;
+            return Verdict::Denied;
         };
         let mut tag = [0u8; 32];
         tag.copy_from_slice(hmac::sign(&self.key, &decoded).as_ref());
-        if self.cache().contains(&tag) {
-            return true;
+        let now = Instant::now();
+        if self
+            .cache()
+            .get(&tag)
+            .is_some_and(|at| now.saturating_duration_since(*at) < Self::VERIFIED_TTL)
+        {
+            return Verdict::Allowed;
         }
 
         let Some(colon) = decoded.iter().position(|&b| b == b':') else {
-            return false;
+            return Verdict::Denied;
+        };
+        let _in_flight = match client {
+            Some(client) => {
+                let key = client_key(client);
+                // One check at a time per client: a flood from a few addresses then holds a
+                // few places in the queue, not all of them, and a new login is not stuck
+                // behind it.
+                let Some(flight) = InFlight::enter(&self.in_flight, key) else {
+                    return Verdict::Limited;
+                };
+                if !self.take_attempt(key, now) {
+                    return Verdict::Limited;
+                }
+                Some(flight)
+            }
+            None => None,
         };
         let (user, password) = (&decoded[..colon], decoded[colon + 1..].to_vec());
         let user_hash = std::str::from_utf8(user)
@@ -167,10 +264,16 @@ impl BasicAuth {
             Some(h) => (h.as_str().to_string(), true),
             None => (self.dummy_hash.clone(), false),
         };
+        if self.waiting.fetch_add(1, Ordering::SeqCst) >= Self::MAX_WAITING {
+            self.waiting.fetch_sub(1, Ordering::SeqCst);
+            return Verdict::Limited;
+        }
         // Wait for a turn (FIFO). The semaphore is never closed, so an error cannot happen;
         // should it, the request is refused rather than let through.
-        let Ok(permit) = self.bcrypt_permits.clone().acquire_owned().await else {
-            return false;
+        let permit = self.bcrypt_permits.clone().acquire_owned().await;
+        self.waiting.fetch_sub(1, Ordering::SeqCst);
+        let Ok(permit) = permit else {
+            return Verdict::Denied;
         };
         let running = self.bcrypt_running.clone();
         // bcrypt blocks for tens of milliseconds: keep it off the async workers. Passwords
@@ -190,17 +293,77 @@ impl BasicAuth {
         if ok && known {
             let mut cache = self.cache();
             if cache.len() >= Self::MAX_CACHED {
-                cache.clear();
+                cache.retain(|_, at| now.saturating_duration_since(*at) < Self::VERIFIED_TTL);
+                if cache.len() >= Self::MAX_CACHED {
+                    cache.clear();
+                }
             }
-            cache.insert(tag);
-            true
+            cache.insert(tag, Instant::now());
+            Verdict::Allowed
         } else {
-            false
+            Verdict::Denied
         }
     }
 
-    fn cache(&self) -> std::sync::MutexGuard<'_, HashSet<[u8; 32]>> {
+    /// Spends one of `key`'s check attempts; false if it has none left.
+    fn take_attempt(&self, key: IpAddr, now: Instant) -> bool {
+        let mut table = self.attempts.lock().unwrap_or_else(PoisonError::into_inner);
+        if !table.contains_key(&key) && table.len() >= Self::MAX_CLIENTS {
+            table.retain(|_, bucket| !bucket.is_full(now));
+            if table.len() >= Self::MAX_CLIENTS {
+                return self.overflow.allow(now);
+            }
+        }
+        table
+            .entry(key)
+            .or_insert_with(|| Bucket::new(Self::attempt_limit(), now))
+            .allow(now)
+    }
+
+    fn cache(&self) -> std::sync::MutexGuard<'_, HashMap<[u8; 32], Instant>> {
         self.verified.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+/// A client's place among those with a check in progress; leaving it frees the place.
+struct InFlight<'a> {
+    set: &'a Mutex<HashSet<IpAddr>>,
+    key: IpAddr,
+}
+
+impl<'a> InFlight<'a> {
+    fn enter(set: &'a Mutex<HashSet<IpAddr>>, key: IpAddr) -> Option<InFlight<'a>> {
+        let fresh = set
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .insert(key);
+        fresh.then_some(InFlight { set, key })
+    }
+}
+
+impl Drop for InFlight<'_> {
+    fn drop(&mut self) {
+        self.set
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .remove(&self.key);
+    }
+}
+
+/// Whom attempts are counted for: an IPv4 address, or an IPv6 /64 (what one host or one
+/// customer of a provider usually holds; counting single IPv6 addresses would give every
+/// attacker 2^64 budgets).
+fn client_key(ip: IpAddr) -> IpAddr {
+    match ip {
+        IpAddr::V4(_) => ip,
+        IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
+            Some(v4) => IpAddr::V4(v4),
+            None => {
+                let mut segments = v6.segments();
+                segments[4..].fill(0);
+                IpAddr::V6(Ipv6Addr::from(segments))
+            }
+        },
     }
 }
 
@@ -250,7 +413,7 @@ mod tests {
         .unwrap();
         let auth = Arc::new(BasicAuth::new(&web).unwrap());
         let good = basic("alice", "s3cret");
-        assert!(auth.check(Some(&good)).await);
+        assert_eq!(auth.check(Some(&good), None).await, Verdict::Allowed);
         // That check ran bcrypt once; count from here.
         auth.bcrypt_running.peak.store(0, Ordering::SeqCst);
 
@@ -258,7 +421,7 @@ mod tests {
         let held = auth
             .bcrypt_permits
             .clone()
-            .acquire_many_owned(BasicAuth::MAX_CONCURRENT_BCRYPT as u32)
+            .acquire_many_owned(BasicAuth::max_concurrent_bcrypt() as u32)
             .await
             .unwrap();
         let mut bad = tokio::task::JoinSet::new();
@@ -270,32 +433,120 @@ mod tests {
             } else {
                 basic(&format!("user{i}"), "s3cret")
             };
-            bad.spawn(async move { auth.check(Some(&header)).await });
+            bad.spawn(async move { auth.check(Some(&header), None).await });
         }
         for _ in 0..100 {
             tokio::task::yield_now().await;
         }
         // Verified credentials are answered from the cache while the bad ones are queued. The
         // timeout only turns a hang (the cached path waiting for a permit) into a failure.
-        let cached = tokio::time::timeout(Duration::from_secs(30), auth.check(Some(&good)))
+        let cached = tokio::time::timeout(Duration::from_secs(30), auth.check(Some(&good), None))
             .await
             .expect("verified credentials must not wait for a bcrypt permit");
-        assert!(cached);
+        assert_eq!(cached, Verdict::Allowed);
         assert_eq!(auth.bcrypt_running.peak.load(Ordering::SeqCst), 0);
 
         drop(held);
         while let Some(result) = bad.join_next().await {
-            assert!(!result.unwrap(), "bad credentials were accepted");
+            assert_eq!(
+                result.unwrap(),
+                Verdict::Denied,
+                "bad credentials were accepted"
+            );
         }
         let peak = auth.bcrypt_running.peak.load(Ordering::SeqCst);
         assert!(
-            (1..=BasicAuth::MAX_CONCURRENT_BCRYPT).contains(&peak),
+            (1..=BasicAuth::max_concurrent_bcrypt()).contains(&peak),
             "{peak} bcrypt checks ran at once"
         );
         assert_eq!(auth.bcrypt_running.now.load(Ordering::SeqCst), 0);
         assert_eq!(
             auth.bcrypt_permits.available_permits(),
-            BasicAuth::MAX_CONCURRENT_BCRYPT
+            BasicAuth::max_concurrent_bcrypt()
         );
+    }
+
+    fn alice(cost: u32) -> BasicAuth {
+        let hash = bcrypt::hash("s3cret", cost).unwrap();
+        let web = WebConfig::parse(
+            &format!("basic_auth_users:\n  alice: '{hash}'\n"),
+            std::path::Path::new("."),
+            "web.yml",
+        )
+        .unwrap();
+        BasicAuth::new(&web).unwrap()
+    }
+
+    #[tokio::test]
+    async fn each_client_has_a_budget_of_checks() {
+        let auth = alice(4);
+        let a: IpAddr = "192.0.2.1".parse().unwrap();
+        let b: IpAddr = "192.0.2.2".parse().unwrap();
+        for i in 0..BasicAuth::ATTEMPT_BURST {
+            let v = auth
+                .check(Some(&basic("alice", &format!("guess{i}"))), Some(a))
+                .await;
+            assert_eq!(v, Verdict::Denied, "attempt {i}");
+        }
+        // Spent: not even the right password is checked for this client now.
+        assert_eq!(
+            auth.check(Some(&basic("alice", "x")), Some(a)).await,
+            Verdict::Limited
+        );
+        assert_eq!(
+            auth.check(Some(&basic("alice", "s3cret")), Some(a)).await,
+            Verdict::Limited
+        );
+        // Another client is unaffected, and once verified is let in without spending attempts.
+        let good = basic("alice", "s3cret");
+        assert_eq!(auth.check(Some(&good), Some(b)).await, Verdict::Allowed);
+        // Verified credentials are answered from the cache even for the limited client.
+        assert_eq!(auth.check(Some(&good), Some(a)).await, Verdict::Allowed);
+        // Missing or malformed headers cost nothing and are plain 401s.
+        assert_eq!(auth.check(None, Some(a)).await, Verdict::Denied);
+    }
+
+    #[test]
+    fn ipv6_clients_are_counted_per_64() {
+        let one: IpAddr = "2001:db8:1:2:aaaa::1".parse().unwrap();
+        let other: IpAddr = "2001:db8:1:2:bbbb::9".parse().unwrap();
+        let next: IpAddr = "2001:db8:1:3::1".parse().unwrap();
+        assert_eq!(client_key(one), client_key(other));
+        assert_ne!(client_key(one), client_key(next));
+        let mapped: IpAddr = "::ffff:192.0.2.7".parse().unwrap();
+        assert_eq!(client_key(mapped), "192.0.2.7".parse::<IpAddr>().unwrap());
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn checks_beyond_the_queue_are_limited_not_queued() {
+        let auth = Arc::new(alice(4));
+        let held = auth
+            .bcrypt_permits
+            .clone()
+            .acquire_many_owned(BasicAuth::max_concurrent_bcrypt() as u32)
+            .await
+            .unwrap();
+        let mut queued = tokio::task::JoinSet::new();
+        for i in 0..BasicAuth::MAX_WAITING {
+            let auth = auth.clone();
+            queued.spawn(async move {
+                auth.check(Some(&basic("alice", &format!("g{i}"))), None)
+                    .await
+            });
+        }
+        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        while auth.waiting.load(Ordering::SeqCst) < BasicAuth::MAX_WAITING {
+            assert!(std::time::Instant::now() < deadline, "checks did not queue");
+            tokio::task::yield_now().await;
+        }
+        assert_eq!(
+            auth.check(Some(&basic("alice", "one-more")), None).await,
+            Verdict::Limited
+        );
+        drop(held);
+        while let Some(v) = queued.join_next().await {
+            assert_eq!(v.unwrap(), Verdict::Denied);
+        }
+        assert_eq!(auth.waiting.load(Ordering::SeqCst), 0);
     }
 }

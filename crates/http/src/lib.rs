@@ -31,18 +31,23 @@
 
 mod allowed_sans;
 mod auth;
+mod body;
+mod conn;
 mod error;
+mod files;
 mod listen;
 mod rate_limit;
 mod server;
 mod signal;
 mod tls;
+mod tls_accept;
 mod tls_choice;
 pub mod web_config;
 
+pub use conn::MAX_CONNECTIONS;
 pub use error::HttpError;
-pub use server::Server;
+pub use server::{Server, RESPONSE_TIMEOUT, WRITE_STALL_TIMEOUT};
 pub use signal::shutdown_signal;
 pub use web_config::{
-    BcryptHash, ClientAuth, Pem, TlsConfig, TlsVersion, WebConfig, WebConfigError,
+    BcryptHash, ClientAuth, Pem, TlsConfig, TlsVersion, WebConfig, WebConfigError, MAX_BCRYPT_COST,
 };
