@@ -97,7 +97,12 @@ const KEYS: &[(&str, &str, Status, &str)] = &[
         Warned,
         "no Go runtime to profile",
     ),
-    ("web.configFile", "\"\"", Same, "`\"\"`: none"),
+    (
+        "web.configFile",
+        "\"\"",
+        Differs,
+        "`\"\"`: none; bcrypt costs above 14 refused, files size-limited (docs/security.md)",
+    ),
     ("web.listenAddresses", "[\":28282\"]", Same, ""),
     (
         "kube.enabled",
