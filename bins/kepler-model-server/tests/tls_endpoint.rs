@@ -30,14 +30,21 @@ fn have_curl() -> bool {
 fn write_server_cert(dir: &Path, name: &str) {
     let c = rcgen::generate_simple_self_signed(vec!["127.0.0.1".to_string()]).expect("cert");
     std::fs::write(dir.join(format!("{name}.crt")), c.cert.pem()).expect("write");
-    std::fs::write(dir.join(format!("{name}.key")), c.signing_key.serialize_pem()).expect("write");
+    std::fs::write(
+        dir.join(format!("{name}.key")),
+        c.signing_key.serialize_pem(),
+    )
+    .expect("write");
 }
 
 /// A CA (`<name>-ca.crt`) and a client certificate it signed (`<name>.crt`, `<name>.key`).
 fn write_client_pki(dir: &Path, name: &str) {
     let mut ca = CertificateParams::new(Vec::<String>::new()).expect("params");
     ca.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-    ca.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::DigitalSignature];
+    ca.key_usages = vec![
+        KeyUsagePurpose::KeyCertSign,
+        KeyUsagePurpose::DigitalSignature,
+    ];
     let ca_key = KeyPair::generate().expect("key");
     std::fs::write(
         dir.join(format!("{name}-ca.crt")),
@@ -57,9 +64,17 @@ fn write_client_pki(dir: &Path, name: &str) {
 /// if given: the HTTP status, or `None` if no HTTP answer came (a refused handshake).
 fn curl(dir: &Path, cacert: &str, url: &str, identity: Option<&str>) -> Option<u16> {
     let mut cmd = Command::new("curl");
-    cmd.args(["-sS", "--max-time", "20", "-o", "/dev/null", "-w", "%{http_code}"])
-        .arg("--cacert")
-        .arg(dir.join(cacert));
+    cmd.args([
+        "-sS",
+        "--max-time",
+        "20",
+        "-o",
+        "/dev/null",
+        "-w",
+        "%{http_code}",
+    ])
+    .arg("--cacert")
+    .arg(dir.join(cacert));
     if let Some(name) = identity {
         cmd.arg("--cert")
             .arg(dir.join(format!("{name}.crt")))
@@ -92,11 +107,18 @@ fn client_certificates_plain_http_and_certificate_reload() {
          client_auth_type: RequireAndVerifyClientCert\n  client_ca_file: agent-ca.crt\n",
     )
     .expect("write");
-    let server = serve(db.path(), &["--web.config-file", web.to_str().expect("path")]);
+    let server = serve(
+        db.path(),
+        &["--web.config-file", web.to_str().expect("path")],
+    );
     let url = server.url("/models");
 
     assert_eq!(curl(dir, "tls.crt", &url, Some("agent")), Some(200));
-    assert_eq!(curl(dir, "tls.crt", &url, None), None, "no client certificate");
+    assert_eq!(
+        curl(dir, "tls.crt", &url, None),
+        None,
+        "no client certificate"
+    );
     assert_eq!(
         curl(dir, "tls.crt", &url, Some("stranger")),
         None,
