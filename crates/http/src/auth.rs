@@ -1,8 +1,8 @@
 //! Basic auth against the web config's bcrypt hashes, and its extra response headers: one
 //! middleware that the server puts in front of every route of the router it serves.
 
-use std::collections::{HashMap, HashSet};
-use std::net::{IpAddr, Ipv6Addr, SocketAddr};
+use std::collections::HashMap;
+use std::net::{IpAddr, SocketAddr};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
@@ -16,7 +16,8 @@ use base64::Engine as _;
 use ring::hmac;
 use tokio::sync::Semaphore;
 
-use crate::rate_limit::{Bucket, RateLimit};
+use crate::budget::{self, Budgets};
+use crate::rate_limit::Bucket;
 use crate::web_config::{BcryptHash, WebConfig, WebConfigError};
 
 /// Basic auth and extra headers, applied to every route.
@@ -120,8 +121,8 @@ pub(crate) enum Verdict {
 ///
 /// Credentials not in the cache cost a bcrypt run, which an unauthenticated client must not be
 /// able to buy at will, or the agent measuring the node becomes its biggest consumer:
-/// - each client (an IPv4 address, or an IPv6 /64) has [`BasicAuth::ATTEMPT_BURST`] checks,
-///   refilled one per [`BasicAuth::ATTEMPT_REFILL`]; past that it gets 429 without a check;
+/// - each client (an IPv4 address, or an IPv6 /64) has [`budget::ATTEMPT_BURST`] checks,
+///   refilled one per [`budget::ATTEMPT_REFILL`]; past that it gets 429 without a check;
 /// - each client has at most one check waiting or running;
 /// - at most [`BasicAuth::max_concurrent_bcrypt`] checks run at once, off the async workers,
 ///   and at most [`BasicAuth::MAX_WAITING`] wait for a turn; further ones get 429.
@@ -136,17 +137,12 @@ struct BasicAuth {
     key: hmac::Key,
     /// Verified credentials' tags and when they were verified.
     verified: Mutex<HashMap<[u8; 32], Instant>>,
-    /// Check attempts left per client.
-    attempts: Mutex<HashMap<IpAddr, Bucket>>,
-    /// Shared by clients beyond [`BasicAuth::MAX_CLIENTS`], so that many addresses cannot
-    /// grow the table or get fresh budgets.
-    overflow: Bucket,
+    /// Check attempts left per client, and which clients have a check in progress.
+    budgets: Budgets,
     /// One permit per bcrypt run allowed at a time.
     bcrypt_permits: Arc<Semaphore>,
     /// Checks waiting for a permit.
     waiting: AtomicUsize,
-    /// Clients with a check waiting or running.
-    in_flight: Mutex<HashSet<IpAddr>>,
     /// bcrypt runs in progress and the most seen at once, so that tests can check the bound.
     bcrypt_running: Arc<BcryptRunning>,
 }
@@ -165,12 +161,6 @@ impl BasicAuth {
     /// a leaked, since-removed entry does not live on for long; long enough that a scraper
     /// every 15–60 s pays bcrypt once every several scrapes.
     const VERIFIED_TTL: Duration = Duration::from_secs(300);
-    /// Checks a client may make at once before being limited...
-    const ATTEMPT_BURST: u32 = 10;
-    /// ... and how often it earns another: at cost 10, a few percent of one core per client.
-    const ATTEMPT_REFILL: Duration = Duration::from_secs(2);
-    /// Clients whose attempts are tracked; idle ones (full budget) are forgotten first.
-    const MAX_CLIENTS: usize = 4096;
     /// Checks allowed to wait for a bcrypt turn.
     const MAX_WAITING: usize = 64;
 
@@ -182,13 +172,6 @@ impl BasicAuth {
             .map(|n| n.get() / 4)
             .unwrap_or(1)
             .max(1)
-    }
-
-    fn attempt_limit() -> RateLimit {
-        RateLimit {
-            interval: Self::ATTEMPT_REFILL,
-            burst: Self::ATTEMPT_BURST,
-        }
     }
 
     fn new(web: &WebConfig) -> Result<BasicAuth, WebConfigError> {
@@ -213,11 +196,9 @@ impl BasicAuth {
             dummy_hash,
             key,
             verified: Mutex::new(HashMap::new()),
-            attempts: Mutex::new(HashMap::new()),
-            overflow: Bucket::new(Self::attempt_limit(), Instant::now()),
+            budgets: Budgets::new(Instant::now()),
             bcrypt_permits: Arc::new(Semaphore::new(Self::max_concurrent_bcrypt())),
             waiting: AtomicUsize::new(0),
-            in_flight: Mutex::new(HashSet::new()),
             bcrypt_running: Arc::default(),
         })
     }
@@ -240,20 +221,11 @@ impl BasicAuth {
         let Some(colon) = decoded.iter().position(|&b| b == b':') else {
             return Verdict::Denied;
         };
-        let _in_flight = match client {
-            Some(client) => {
-                let key = client_key(client);
-                // One check at a time per client: a flood from a few addresses then holds a
-                // few places in the queue, not all of them, and a new login is not stuck
-                // behind it.
-                let Some(flight) = InFlight::enter(&self.in_flight, key) else {
-                    return Verdict::Limited;
-                };
-                if !self.take_attempt(key, now) {
-                    return Verdict::Limited;
-                }
-                Some(flight)
-            }
+        let _admitted = match client {
+            Some(client) => match self.budgets.admit(client, now) {
+                Some(admitted) => Some(admitted),
+                None => return Verdict::Limited,
+            },
             None => None,
         };
         let (user, password) = (&decoded[..colon], decoded[colon + 1..].to_vec());
@@ -305,65 +277,8 @@ impl BasicAuth {
         }
     }
 
-    /// Spends one of `key`'s check attempts; false if it has none left.
-    fn take_attempt(&self, key: IpAddr, now: Instant) -> bool {
-        let mut table = self.attempts.lock().unwrap_or_else(PoisonError::into_inner);
-        if !table.contains_key(&key) && table.len() >= Self::MAX_CLIENTS {
-            table.retain(|_, bucket| !bucket.is_full(now));
-            if table.len() >= Self::MAX_CLIENTS {
-                return self.overflow.allow(now);
-            }
-        }
-        table
-            .entry(key)
-            .or_insert_with(|| Bucket::new(Self::attempt_limit(), now))
-            .allow(now)
-    }
-
     fn cache(&self) -> std::sync::MutexGuard<'_, HashMap<[u8; 32], Instant>> {
         self.verified.lock().unwrap_or_else(PoisonError::into_inner)
-    }
-}
-
-/// A client's place among those with a check in progress; leaving it frees the place.
-struct InFlight<'a> {
-    set: &'a Mutex<HashSet<IpAddr>>,
-    key: IpAddr,
-}
-
-impl<'a> InFlight<'a> {
-    fn enter(set: &'a Mutex<HashSet<IpAddr>>, key: IpAddr) -> Option<InFlight<'a>> {
-        let fresh = set
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .insert(key);
-        fresh.then_some(InFlight { set, key })
-    }
-}
-
-impl Drop for InFlight<'_> {
-    fn drop(&mut self) {
-        self.set
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .remove(&self.key);
-    }
-}
-
-/// Whom attempts are counted for: an IPv4 address, or an IPv6 /64 (what one host or one
-/// customer of a provider usually holds; counting single IPv6 addresses would give every
-/// attacker 2^64 budgets).
-fn client_key(ip: IpAddr) -> IpAddr {
-    match ip {
-        IpAddr::V4(_) => ip,
-        IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
-            Some(v4) => IpAddr::V4(v4),
-            None => {
-                let mut segments = v6.segments();
-                segments[4..].fill(0);
-                IpAddr::V6(Ipv6Addr::from(segments))
-            }
-        },
     }
 }
 
@@ -482,7 +397,7 @@ mod tests {
         let auth = alice(4);
         let a: IpAddr = "192.0.2.1".parse().unwrap();
         let b: IpAddr = "192.0.2.2".parse().unwrap();
-        for i in 0..BasicAuth::ATTEMPT_BURST {
+        for i in 0..budget::ATTEMPT_BURST {
             let v = auth
                 .check(Some(&basic("alice", &format!("guess{i}"))), Some(a))
                 .await;
@@ -504,17 +419,6 @@ mod tests {
         assert_eq!(auth.check(Some(&good), Some(a)).await, Verdict::Allowed);
         // Missing or malformed headers cost nothing and are plain 401s.
         assert_eq!(auth.check(None, Some(a)).await, Verdict::Denied);
-    }
-
-    #[test]
-    fn ipv6_clients_are_counted_per_64() {
-        let one: IpAddr = "2001:db8:1:2:aaaa::1".parse().unwrap();
-        let other: IpAddr = "2001:db8:1:2:bbbb::9".parse().unwrap();
-        let next: IpAddr = "2001:db8:1:3::1".parse().unwrap();
-        assert_eq!(client_key(one), client_key(other));
-        assert_ne!(client_key(one), client_key(next));
-        let mapped: IpAddr = "::ffff:192.0.2.7".parse().unwrap();
-        assert_eq!(client_key(mapped), "192.0.2.7".parse::<IpAddr>().unwrap());
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -32,6 +32,7 @@
 mod allowed_sans;
 mod auth;
 mod body;
+mod budget;
 mod conn;
 mod error;
 mod files;
