@@ -16,7 +16,7 @@ use base64::Engine as _;
 use ring::hmac;
 use tokio::sync::Semaphore;
 
-use crate::budget::{self, Budgets};
+use crate::budget::Budgets;
 use crate::rate_limit::Bucket;
 use crate::web_config::{BcryptHash, WebConfig, WebConfigError};
 
@@ -121,8 +121,8 @@ pub(crate) enum Verdict {
 ///
 /// Credentials not in the cache cost a bcrypt run, which an unauthenticated client must not be
 /// able to buy at will, or the agent measuring the node becomes its biggest consumer:
-/// - each client (an IPv4 address, or an IPv6 /64) has [`budget::ATTEMPT_BURST`] checks,
-///   refilled one per [`budget::ATTEMPT_REFILL`]; past that it gets 429 without a check;
+/// - each client (an IPv4 address, or an IPv6 /64) has [`crate::budget::ATTEMPT_BURST`] checks,
+///   refilled one per [`crate::budget::ATTEMPT_REFILL`]; past that it gets 429 without a check;
 /// - each client has at most one check waiting or running;
 /// - at most [`BasicAuth::max_concurrent_bcrypt`] checks run at once, off the async workers,
 ///   and at most [`BasicAuth::MAX_WAITING`] wait for a turn; further ones get 429.
@@ -299,6 +299,7 @@ mod tests {
     use std::time::Duration;
 
     use super::*;
+    use crate::budget;
 
     #[test]
     fn basic_header_decoding() {
