@@ -12,6 +12,10 @@
 //!   `"host:0"`), bound before serving so that a bad address or certificate stops start-up.
 //! - [`Server::serve`]: plain HTTP or TLS 1.2/1.3; basic auth (bcrypt) and extra headers on
 //!   every route of the router; header-read and first-request timeouts; graceful shutdown.
+//!   Against hostile clients (limits in docs/security.md): a connection cap derived from the
+//!   open-file limit, write-stall and whole-response timeouts, bodies sent as shared slices,
+//!   per-client budgets of bcrypt checks, size-limited reads of the files the web config names,
+//!   certificates reloaded when their files change, and a 400 for plain HTTP on a TLS port.
 //! - [`shutdown_signal`]: SIGINT/SIGTERM as the shutdown future.
 //!
 //! # Why these dependencies
