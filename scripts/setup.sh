@@ -7,7 +7,8 @@ packages=(
   prometheus   # promtool and a real server that scrapes the agent in tests
   stress-ng    # the CPU workload the end-to-end tests attribute power to
   clang llvm libbpf-dev bpftool  # rebuilding and checking the committed eBPF object
-  util-linux   # setpriv, to run the agent without capabilities in tests
+  util-linux   # setpriv, to run the agent without capabilities in tests; prlimit for fd limits
+  curl         # client-certificate tests speak to the TLS endpoints as a user would
   ipmitool openipmi  # the ipmi meter's tool, and ipmi_sim (an RMCP+ BMC simulator) for its tests
   python3-venv # a venv for sushy-tools (Redfish emulator) in the redfish tests
 )

@@ -99,7 +99,12 @@ const KEYS: &[(&str, &str, Status, &str)] = &[
          `/debug/pprof/heap`; Go's runtime profiles (goroutine, block, mutex, ...) have no \
          equivalent",
     ),
-    ("web.configFile", "\"\"", Same, "`\"\"`: none"),
+    (
+        "web.configFile",
+        "\"\"",
+        Differs,
+        "`\"\"`: none; bcrypt costs above 14 refused, files size-limited (docs/security.md)",
+    ),
     ("web.listenAddresses", "[\":28282\"]", Same, ""),
     (
         "kube.enabled",

@@ -297,7 +297,39 @@ pub fn encode(
     out: &mut Vec<u8>,
 ) {
     let mut w = MetricWriter::new(out, format, &ctx.node_name);
+    encode_head(&mut w, ctx);
+    encode_health(&mut w, &ctx.health);
+    encode_rest(&mut w, snapshot, ctx);
+    w.finish();
+}
 
+/// [`encode()`] without the health families, which are read live: appends what comes before
+/// them and what comes after, and returns where the health families go. Scrapes of one snapshot
+/// share this part (see `AgentState::scrape`).
+pub(crate) fn encode_without_health(
+    snapshot: Option<&PowerSnapshot>,
+    ctx: &ExportContext,
+    format: Format,
+    out: &mut Vec<u8>,
+) -> usize {
+    encode_head(&mut MetricWriter::new(out, format, &ctx.node_name), ctx);
+    let split = out.len();
+    let mut w = MetricWriter::new(out, format, &ctx.node_name);
+    encode_rest(&mut w, snapshot, ctx);
+    w.finish();
+    split
+}
+
+/// The health families alone, as [`encode()`] writes them.
+pub(crate) fn encode_health_only(ctx: &ExportContext, format: Format, out: &mut Vec<u8>) {
+    encode_health(
+        &mut MetricWriter::new(out, format, &ctx.node_name),
+        &ctx.health,
+    );
+}
+
+/// Build and CPU info, the agent's tick counters.
+fn encode_head(w: &mut MetricWriter<'_>, ctx: &ExportContext) {
     {
         let b = &ctx.build;
         w.family(&r::BUILD_INFO).sample(
@@ -328,35 +360,37 @@ pub fn encode(
         w.family(&r::AGENT_EBPF_DROPPED).sample([], ebpf.dropped);
         w.family(&r::AGENT_EBPF_TRACKED).sample([], ebpf.tracked);
     }
-    encode_health(&mut w, &ctx.health);
+}
+
+/// The agent's own process, then the snapshot.
+fn encode_rest(w: &mut MetricWriter<'_>, snapshot: Option<&PowerSnapshot>, ctx: &ExportContext) {
     if let Some(p) = ctx.agent.process {
-        encode_self(&mut w, &p, ctx.self_collectors);
+        encode_self(w, &p, ctx.self_collectors);
     }
 
     if let Some(s) = snapshot {
         w.family(&r::AGENT_PROCESSES).sample([], s.processes.len());
         let levels = ctx.levels;
         if let Some(features) = &s.features {
-            encode_features(&mut w, s, features, levels);
+            encode_features(w, s, features, levels);
         }
         if levels.contains(Level::Node) {
-            encode_node(&mut w, s);
+            encode_node(w, s);
         }
         if levels.contains(Level::Process) {
-            encode_processes(&mut w, s);
+            encode_processes(w, s);
         }
         if levels.contains(Level::Container) {
-            encode_containers(&mut w, s);
+            encode_containers(w, s);
         }
         if levels.contains(Level::Pod) {
-            encode_pods(&mut w, s);
+            encode_pods(w, s);
         }
         if levels.contains(Level::Vm) {
-            encode_vms(&mut w, s);
+            encode_vms(w, s);
         }
-        crate::encode_gpu::encode_gpu(&mut w, s, levels);
+        crate::encode_gpu::encode_gpu(w, s, levels);
     }
-    w.finish();
 }
 
 fn encode_self(w: &mut MetricWriter<'_>, p: &ProcessStats, on: SelfCollectors) {

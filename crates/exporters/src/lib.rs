@@ -42,6 +42,7 @@ pub mod on_demand;
 pub mod outputs;
 pub mod registry;
 pub mod routes;
+pub mod scrape;
 pub mod self_process;
 pub mod state;
 
@@ -52,5 +53,6 @@ pub use on_demand::RefreshOnScrape;
 pub use outputs::{Output, OutputError, PrometheusOutput, Publication, StdoutOutput};
 pub use registry::{metrics_markdown, Desc, Describe, MetricType};
 pub use routes::{router, router_with, Routes};
+pub use scrape::ScrapeBody;
 pub use self_process::{ProcessStats, SelfCollectors, SelfReader};
 pub use state::{AgentState, Readiness};

@@ -77,13 +77,14 @@ async fn metrics(State(state): State<Arc<AgentState>>, headers: HeaderMap) -> Re
     let accept = headers.get(ACCEPT).and_then(|v| v.to_str().ok());
     let format = Format::negotiate(accept);
     // Only encoding happens here: the snapshot was computed by the tick loop.
-    let body = state.encode(format);
+    // Shared with every other scrape of this snapshot: no per-connection copy.
+    let body = state.scrape(format);
     (
         [(
             CONTENT_TYPE,
             HeaderValue::from_static(format.content_type()),
         )],
-        Body::from(body),
+        Body::new(body),
     )
         .into_response()
 }

@@ -8,8 +8,9 @@ use bytes::Bytes;
 use kepler_core::PowerSnapshot;
 
 use crate::context::{AgentStats, ExportContext};
-use crate::encode::{encode, Format};
+use crate::encode::{encode, encode_health_only, encode_without_health, Format};
 use crate::on_demand::RefreshOnScrape;
+use crate::scrape::{ScrapeBody, ScrapeCache};
 
 /// Whether the agent should receive traffic (`/readyz`).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -37,6 +38,7 @@ pub struct AgentState {
     /// What the agent says about itself; see [`AgentState::readiness`] for the effective state.
     readiness: ArcSwap<Readiness>,
     buffers: Arc<BufferPool>,
+    scrapes: ScrapeCache,
     /// Set when ticks happen on demand (`monitor.interval: 0`).
     refresh: OnceLock<Arc<RefreshOnScrape>>,
 }
@@ -48,6 +50,7 @@ impl AgentState {
             context: ArcSwap::from_pointee(context),
             readiness: ArcSwap::from_pointee(Readiness::Ready),
             buffers: Arc::new(BufferPool::default()),
+            scrapes: ScrapeCache::default(),
             refresh: OnceLock::new(),
         }
     }
@@ -104,18 +107,36 @@ impl AgentState {
         self.context.load_full()
     }
 
-    /// Encodes the latest snapshot. The bytes live in a pooled buffer that goes back to the
-    /// pool when the response body is dropped, so steady-state scrapes neither allocate nor
-    /// page-fault a fresh multi-megabyte buffer, and concurrent scrapes do not serialise.
+    /// The `/metrics` body for the latest snapshot. Its large part is encoded once per
+    /// snapshot and format and shared by every scrape of it (see the `scrape` module); the
+    /// bytes live in a pooled buffer that goes back to the pool when the last scrape of that
+    /// snapshot is done, so steady-state scrapes neither allocate nor page-fault a fresh
+    /// multi-megabyte buffer.
+    pub fn scrape(&self, format: Format) -> ScrapeBody {
+        let snapshot = self.snapshot.load_full();
+        let context = self.context.load_full();
+        let (head, rest) = self.scrapes.get(format, snapshot.as_ref(), &context, || {
+            let mut buf = self.buffers.take();
+            let split = encode_without_health(snapshot.as_deref(), &context, format, &mut buf);
+            let body = Bytes::from_owner(PooledBuffer {
+                buf,
+                pool: Arc::downgrade(&self.buffers),
+            });
+            (body, split)
+        });
+        let mut health = Vec::new();
+        encode_health_only(&context, format, &mut health);
+        ScrapeBody::new(head, Bytes::from(health), rest)
+    }
+
+    /// The latest snapshot encoded, in one buffer of its own (for outputs other than HTTP and
+    /// for tests); byte for byte what [`AgentState::scrape`] serves.
     pub fn encode(&self, format: Format) -> Bytes {
         let snapshot = self.snapshot.load();
         let context = self.context.load();
-        let mut buf = self.buffers.take();
+        let mut buf = Vec::new();
         encode(snapshot.as_deref(), &context, format, &mut buf);
-        Bytes::from_owner(PooledBuffer {
-            buf,
-            pool: Arc::downgrade(&self.buffers),
-        })
+        Bytes::from(buf)
     }
 }
 
@@ -197,27 +218,55 @@ mod tests {
     }
 
     #[test]
-    fn buffers_are_reused() {
+    fn scrapes_of_one_snapshot_share_its_bytes_and_read_health_live() {
         let state = AgentState::new(ExportContext::new("n"));
-        state.publish(
-            snapshot(),
-            AgentStats {
-                last_tick_duration: Duration::from_millis(3),
-                ticks: 7,
-                ebpf: None,
-                process: None,
-            },
-        );
-        let first = state.encode(Format::Text004);
-        let ptr = first.as_ptr();
+        let stats = AgentStats {
+            last_tick_duration: Duration::from_millis(3),
+            ticks: 7,
+            ebpf: None,
+            process: None,
+        };
+        state.publish(snapshot(), stats);
+        let first = state.scrape(Format::Text004);
         let text = String::from_utf8(first.to_vec()).unwrap();
         assert!(
             text.contains("kepler_agent_ticks_total{node_name=\"n\"} 7\n"),
             "{text}"
         );
+        assert_eq!(text.as_bytes(), &state.encode(Format::Text004)[..]);
+        let ptrs = |b: &ScrapeBody| b.parts().map(|p| p.as_ptr()).collect::<Vec<_>>();
+
+        // A component registered between scrapes shows up; the shared parts are the same bytes.
+        let health = state.context().health.clone();
+        health.register(kepler_core::ComponentKind::Meter, "rapl");
+        let second = state.scrape(Format::Text004);
+        let (a, b) = (ptrs(&first), ptrs(&second));
+        assert_eq!((a[0], a[2]), (b[0], b[2]), "the snapshot was encoded again");
+        let text2 = String::from_utf8(second.to_vec()).unwrap();
+        assert!(text2.contains("component=\"meter\""), "{text2}");
+        assert_eq!(text2.as_bytes(), &state.encode(Format::Text004)[..]);
+
+        // Another format is encoded on its own; a new snapshot is encoded again.
+        let om = state.scrape(Format::OpenMetrics);
+        assert!(String::from_utf8(om.to_vec()).unwrap().ends_with("# EOF\n"));
+        state.publish(snapshot(), AgentStats { ticks: 8, ..stats });
+        let third = state.scrape(Format::Text004);
+        assert_ne!(ptrs(&third)[2], a[2]);
+        assert!(String::from_utf8(third.to_vec())
+            .unwrap()
+            .contains("kepler_agent_ticks_total{node_name=\"n\"} 8\n"));
+    }
+
+    #[test]
+    fn buffers_go_back_to_the_pool_when_the_last_scrape_is_done() {
+        let state = AgentState::new(ExportContext::new("n"));
+        state.publish(snapshot(), AgentStats::default());
+        let first = state.scrape(Format::Text004);
+        let ptr = first.parts().next().unwrap().as_ptr();
         drop(first);
-        let second = state.encode(Format::Text004);
-        assert_eq!(second.as_ptr(), ptr, "the buffer went back to the pool");
-        assert_eq!(String::from_utf8(second.to_vec()).unwrap(), text);
+        // A new snapshot: the cache lets go of the old body, whose buffer is reused.
+        state.publish(snapshot(), AgentStats::default());
+        let second = state.scrape(Format::Text004);
+        assert_eq!(second.parts().next().unwrap().as_ptr(), ptr);
     }
 }

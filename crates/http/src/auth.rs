@@ -1,12 +1,14 @@
 //! Basic auth against the web config's bcrypt hashes, and its extra response headers: one
 //! middleware that the server puts in front of every route of the router it serves.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
+use std::net::{IpAddr, SocketAddr};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant};
 
-use axum::extract::{Request, State};
-use axum::http::header::{AUTHORIZATION, WWW_AUTHENTICATE};
+use axum::extract::{ConnectInfo, Request, State};
+use axum::http::header::{AUTHORIZATION, RETRY_AFTER, WWW_AUTHENTICATE};
 use axum::http::{HeaderName, HeaderValue, StatusCode};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
@@ -14,6 +16,7 @@ use base64::Engine as _;
 use ring::hmac;
 use tokio::sync::Semaphore;
 
+use crate::budget::Budgets;
 use crate::rate_limit::Bucket;
 use crate::web_config::{BcryptHash, WebConfig, WebConfigError};
 
@@ -39,7 +42,7 @@ impl Guard {
             headers: web.headers.clone(),
             rate: web
                 .rate_limit
-                .map(|limit| Bucket::new(limit, std::time::Instant::now())),
+                .map(|limit| Bucket::new(limit, Instant::now())),
         })
     }
 
@@ -57,16 +60,28 @@ pub(crate) async fn guard_layer(
     if guard
         .rate
         .as_ref()
-        .is_some_and(|b| !b.allow(std::time::Instant::now()))
+        .is_some_and(|b| !b.allow(Instant::now()))
     {
-        let mut r = (StatusCode::TOO_MANY_REQUESTS, "Too Many Requests\n").into_response();
+        let mut r = too_many();
         for (name, value) in &guard.headers {
             r.headers_mut().insert(name.clone(), value.clone());
         }
         return r;
     }
-    let mut response = match &guard.auth {
-        Some(auth) if !auth.check(request.headers().get(AUTHORIZATION)).await => {
+    let client = request
+        .extensions()
+        .get::<ConnectInfo<SocketAddr>>()
+        .map(|c| c.0.ip());
+    let verdict = match &guard.auth {
+        Some(auth) => {
+            auth.check(request.headers().get(AUTHORIZATION), client)
+                .await
+        }
+        None => Verdict::Allowed,
+    };
+    let mut response = match verdict {
+        Verdict::Allowed => next.run(request).await,
+        Verdict::Denied => {
             let mut r = (StatusCode::UNAUTHORIZED, "Unauthorized\n").into_response();
             r.headers_mut().insert(
                 WWW_AUTHENTICATE,
@@ -74,7 +89,7 @@ pub(crate) async fn guard_layer(
             );
             r
         }
-        _ => next.run(request).await,
+        Verdict::Limited => too_many(),
     };
     for (name, value) in &guard.headers {
         response.headers_mut().insert(name.clone(), value.clone());
@@ -82,25 +97,52 @@ pub(crate) async fn guard_layer(
     response
 }
 
+fn too_many() -> Response {
+    let mut r = (StatusCode::TOO_MANY_REQUESTS, "Too Many Requests\n").into_response();
+    r.headers_mut()
+        .insert(RETRY_AFTER, HeaderValue::from_static("2"));
+    r
+}
+
+/// The outcome of checking one request's credentials.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub(crate) enum Verdict {
+    Allowed,
+    /// Missing or wrong credentials: 401.
+    Denied,
+    /// Not checked: the client spent its attempts, or too many checks are queued: 429.
+    Limited,
+}
+
 /// Basic auth against bcrypt hashes. bcrypt is deliberately slow (tens of milliseconds at the
-/// usual cost), too slow to pay on every scrape, so a successful check is remembered under an
-/// HMAC of the presented credentials with a per-process random key: the cache holds no
-/// password, and its keys are useless outside this process.
+/// usual cost), too slow to pay on every scrape, so a successful check is remembered for
+/// [`BasicAuth::VERIFIED_TTL`] under an HMAC of the presented credentials with a per-process
+/// random key: the cache holds no password, and its keys are useless outside this process.
 ///
-/// Failed checks are not cached, so every request with bad credentials costs a bcrypt run. To
-/// keep an unauthenticated client from occupying every core with them, at most
-/// [`BasicAuth::MAX_CONCURRENT_BCRYPT`] run at once and further requests wait their turn
-/// (exporter-toolkit serialises them behind a mutex). Credentials already verified skip the
-/// queue, so a scraper that has authenticated once keeps being answered during such a flood.
+/// Credentials not in the cache cost a bcrypt run, which an unauthenticated client must not be
+/// able to buy at will, or the agent measuring the node becomes its biggest consumer:
+/// - each client (an IPv4 address, or an IPv6 /64) has [`crate::budget::ATTEMPT_BURST`] checks,
+///   refilled one per [`crate::budget::ATTEMPT_REFILL`]; past that it gets 429 without a check;
+/// - each client has at most one check waiting or running;
+/// - at most [`BasicAuth::max_concurrent_bcrypt`] checks run at once, off the async workers,
+///   and at most [`BasicAuth::MAX_WAITING`] wait for a turn; further ones get 429.
+///
+/// Credentials already verified skip all of this, so a scraper that has authenticated once
+/// keeps being answered during a flood.
 struct BasicAuth {
     users: HashMap<String, BcryptHash>,
     /// Checked for unknown users so that a wrong name costs as much as a wrong password, which
     /// keeps user names from being probed by timing.
     dummy_hash: String,
     key: hmac::Key,
-    verified: Mutex<HashSet<[u8; 32]>>,
+    /// Verified credentials' tags and when they were verified.
+    verified: Mutex<HashMap<[u8; 32], Instant>>,
+    /// Check attempts left per client, and which clients have a check in progress.
+    budgets: Budgets,
     /// One permit per bcrypt run allowed at a time.
     bcrypt_permits: Arc<Semaphore>,
+    /// Checks waiting for a permit.
+    waiting: AtomicUsize,
     /// bcrypt runs in progress and the most seen at once, so that tests can check the bound.
     bcrypt_running: Arc<BcryptRunning>,
 }
@@ -115,9 +157,22 @@ impl BasicAuth {
     /// Bounds the cache; every entry is a distinct valid credential, so this is only reached
     /// by many users or password changes without restart.
     const MAX_CACHED: usize = 1024;
-    /// Small enough to leave cores for the tick loop and for scrapes; two rather than the
-    /// toolkit's one so that a single check in progress does not stall every other login.
-    const MAX_CONCURRENT_BCRYPT: usize = 2;
+    /// How long a verified credential is trusted without another bcrypt run. Short enough that
+    /// a leaked, since-removed entry does not live on for long; long enough that a scraper
+    /// every 15–60 s pays bcrypt once every several scrapes.
+    const VERIFIED_TTL: Duration = Duration::from_secs(300);
+    /// Checks allowed to wait for a bcrypt turn.
+    const MAX_WAITING: usize = 64;
+
+    /// One bcrypt run at a time per four cores, at least one, so that a flood of logins from
+    /// many clients leaves cores for the tick loop and for scrapes (exporter-toolkit
+    /// serialises all checks).
+    fn max_concurrent_bcrypt() -> usize {
+        std::thread::available_parallelism()
+            .map(|n| n.get() / 4)
+            .unwrap_or(1)
+            .max(1)
+    }
 
     fn new(web: &WebConfig) -> Result<BasicAuth, WebConfigError> {
         let err = |message: String| WebConfigError::Field {
@@ -140,24 +195,38 @@ impl BasicAuth {
             users: web.basic_auth_users.clone().into_iter().collect(),
             dummy_hash,
             key,
-            verified: Mutex::new(HashSet::new()),
-            bcrypt_permits: Arc::new(Semaphore::new(Self::MAX_CONCURRENT_BCRYPT)),
+            verified: Mutex::new(HashMap::new()),
+            budgets: Budgets::new(Instant::now()),
+            bcrypt_permits: Arc::new(Semaphore::new(Self::max_concurrent_bcrypt())),
+            waiting: AtomicUsize::new(0),
             bcrypt_running: Arc::default(),
         })
     }
 
-    async fn check(&self, header: Option<&HeaderValue>) -> bool {
+    async fn check(&self, header: Option<&HeaderValue>, client: Option<IpAddr>) -> Verdict {
         let Some(decoded) = header.and_then(decode_basic) else {
-            return false;
+            return Verdict::Denied;
         };
         let mut tag = [0u8; 32];
         tag.copy_from_slice(hmac::sign(&self.key, &decoded).as_ref());
-        if self.cache().contains(&tag) {
-            return true;
+        let now = Instant::now();
+        if self
+            .cache()
+            .get(&tag)
+            .is_some_and(|at| now.saturating_duration_since(*at) < Self::VERIFIED_TTL)
+        {
+            return Verdict::Allowed;
         }
 
         let Some(colon) = decoded.iter().position(|&b| b == b':') else {
-            return false;
+            return Verdict::Denied;
+        };
+        let _admitted = match client {
+            Some(client) => match self.budgets.admit(client, now) {
+                Some(admitted) => Some(admitted),
+                None => return Verdict::Limited,
+            },
+            None => None,
         };
         let (user, password) = (&decoded[..colon], decoded[colon + 1..].to_vec());
         let user_hash = std::str::from_utf8(user)
@@ -167,10 +236,16 @@ impl BasicAuth {
             Some(h) => (h.as_str().to_string(), true),
             None => (self.dummy_hash.clone(), false),
         };
+        if self.waiting.fetch_add(1, Ordering::SeqCst) >= Self::MAX_WAITING {
+            self.waiting.fetch_sub(1, Ordering::SeqCst);
+            return Verdict::Limited;
+        }
         // Wait for a turn (FIFO). The semaphore is never closed, so an error cannot happen;
         // should it, the request is refused rather than let through.
-        let Ok(permit) = self.bcrypt_permits.clone().acquire_owned().await else {
-            return false;
+        let permit = self.bcrypt_permits.clone().acquire_owned().await;
+        self.waiting.fetch_sub(1, Ordering::SeqCst);
+        let Ok(permit) = permit else {
+            return Verdict::Denied;
         };
         let running = self.bcrypt_running.clone();
         // bcrypt blocks for tens of milliseconds: keep it off the async workers. Passwords
@@ -190,16 +265,19 @@ impl BasicAuth {
         if ok && known {
             let mut cache = self.cache();
             if cache.len() >= Self::MAX_CACHED {
-                cache.clear();
+                cache.retain(|_, at| now.saturating_duration_since(*at) < Self::VERIFIED_TTL);
+                if cache.len() >= Self::MAX_CACHED {
+                    cache.clear();
+                }
             }
-            cache.insert(tag);
-            true
+            cache.insert(tag, Instant::now());
+            Verdict::Allowed
         } else {
-            false
+            Verdict::Denied
         }
     }
 
-    fn cache(&self) -> std::sync::MutexGuard<'_, HashSet<[u8; 32]>> {
+    fn cache(&self) -> std::sync::MutexGuard<'_, HashMap<[u8; 32], Instant>> {
         self.verified.lock().unwrap_or_else(PoisonError::into_inner)
     }
 }
@@ -221,6 +299,7 @@ mod tests {
     use std::time::Duration;
 
     use super::*;
+    use crate::budget;
 
     #[test]
     fn basic_header_decoding() {
@@ -250,7 +329,7 @@ mod tests {
         .unwrap();
         let auth = Arc::new(BasicAuth::new(&web).unwrap());
         let good = basic("alice", "s3cret");
-        assert!(auth.check(Some(&good)).await);
+        assert_eq!(auth.check(Some(&good), None).await, Verdict::Allowed);
         // That check ran bcrypt once; count from here.
         auth.bcrypt_running.peak.store(0, Ordering::SeqCst);
 
@@ -258,7 +337,7 @@ mod tests {
         let held = auth
             .bcrypt_permits
             .clone()
-            .acquire_many_owned(BasicAuth::MAX_CONCURRENT_BCRYPT as u32)
+            .acquire_many_owned(BasicAuth::max_concurrent_bcrypt() as u32)
             .await
             .unwrap();
         let mut bad = tokio::task::JoinSet::new();
@@ -270,32 +349,109 @@ mod tests {
             } else {
                 basic(&format!("user{i}"), "s3cret")
             };
-            bad.spawn(async move { auth.check(Some(&header)).await });
+            bad.spawn(async move { auth.check(Some(&header), None).await });
         }
         for _ in 0..100 {
             tokio::task::yield_now().await;
         }
         // Verified credentials are answered from the cache while the bad ones are queued. The
         // timeout only turns a hang (the cached path waiting for a permit) into a failure.
-        let cached = tokio::time::timeout(Duration::from_secs(30), auth.check(Some(&good)))
+        let cached = tokio::time::timeout(Duration::from_secs(30), auth.check(Some(&good), None))
             .await
             .expect("verified credentials must not wait for a bcrypt permit");
-        assert!(cached);
+        assert_eq!(cached, Verdict::Allowed);
         assert_eq!(auth.bcrypt_running.peak.load(Ordering::SeqCst), 0);
 
         drop(held);
         while let Some(result) = bad.join_next().await {
-            assert!(!result.unwrap(), "bad credentials were accepted");
+            assert_eq!(
+                result.unwrap(),
+                Verdict::Denied,
+                "bad credentials were accepted"
+            );
         }
         let peak = auth.bcrypt_running.peak.load(Ordering::SeqCst);
         assert!(
-            (1..=BasicAuth::MAX_CONCURRENT_BCRYPT).contains(&peak),
+            (1..=BasicAuth::max_concurrent_bcrypt()).contains(&peak),
             "{peak} bcrypt checks ran at once"
         );
         assert_eq!(auth.bcrypt_running.now.load(Ordering::SeqCst), 0);
         assert_eq!(
             auth.bcrypt_permits.available_permits(),
-            BasicAuth::MAX_CONCURRENT_BCRYPT
+            BasicAuth::max_concurrent_bcrypt()
         );
+    }
+
+    fn alice(cost: u32) -> BasicAuth {
+        let hash = bcrypt::hash("s3cret", cost).unwrap();
+        let web = WebConfig::parse(
+            &format!("basic_auth_users:\n  alice: '{hash}'\n"),
+            std::path::Path::new("."),
+            "web.yml",
+        )
+        .unwrap();
+        BasicAuth::new(&web).unwrap()
+    }
+
+    #[tokio::test]
+    async fn each_client_has_a_budget_of_checks() {
+        let auth = alice(4);
+        let a: IpAddr = "192.0.2.1".parse().unwrap();
+        let b: IpAddr = "192.0.2.2".parse().unwrap();
+        for i in 0..budget::ATTEMPT_BURST {
+            let v = auth
+                .check(Some(&basic("alice", &format!("guess{i}"))), Some(a))
+                .await;
+            assert_eq!(v, Verdict::Denied, "attempt {i}");
+        }
+        // Spent: not even the right password is checked for this client now.
+        assert_eq!(
+            auth.check(Some(&basic("alice", "x")), Some(a)).await,
+            Verdict::Limited
+        );
+        assert_eq!(
+            auth.check(Some(&basic("alice", "s3cret")), Some(a)).await,
+            Verdict::Limited
+        );
+        // Another client is unaffected, and once verified is let in without spending attempts.
+        let good = basic("alice", "s3cret");
+        assert_eq!(auth.check(Some(&good), Some(b)).await, Verdict::Allowed);
+        // Verified credentials are answered from the cache even for the limited client.
+        assert_eq!(auth.check(Some(&good), Some(a)).await, Verdict::Allowed);
+        // Missing or malformed headers cost nothing and are plain 401s.
+        assert_eq!(auth.check(None, Some(a)).await, Verdict::Denied);
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn checks_beyond_the_queue_are_limited_not_queued() {
+        let auth = Arc::new(alice(4));
+        let held = auth
+            .bcrypt_permits
+            .clone()
+            .acquire_many_owned(BasicAuth::max_concurrent_bcrypt() as u32)
+            .await
+            .unwrap();
+        let mut queued = tokio::task::JoinSet::new();
+        for i in 0..BasicAuth::MAX_WAITING {
+            let auth = auth.clone();
+            queued.spawn(async move {
+                auth.check(Some(&basic("alice", &format!("g{i}"))), None)
+                    .await
+            });
+        }
+        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        while auth.waiting.load(Ordering::SeqCst) < BasicAuth::MAX_WAITING {
+            assert!(std::time::Instant::now() < deadline, "checks did not queue");
+            tokio::task::yield_now().await;
+        }
+        assert_eq!(
+            auth.check(Some(&basic("alice", "one-more")), None).await,
+            Verdict::Limited
+        );
+        drop(held);
+        while let Some(v) = queued.join_next().await {
+            assert_eq!(v.unwrap(), Verdict::Denied);
+        }
+        assert_eq!(auth.waiting.load(Ordering::SeqCst), 0);
     }
 }

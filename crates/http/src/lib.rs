@@ -12,6 +12,10 @@
 //!   `"host:0"`), bound before serving so that a bad address or certificate stops start-up.
 //! - [`Server::serve`]: plain HTTP or TLS 1.2/1.3; basic auth (bcrypt) and extra headers on
 //!   every route of the router; header-read and first-request timeouts; graceful shutdown.
+//!   Against hostile clients (limits in docs/security.md): a connection cap derived from the
+//!   open-file limit, write-stall and whole-response timeouts, bodies sent as shared slices,
+//!   per-client budgets of bcrypt checks, size-limited reads of the files the web config names,
+//!   certificates reloaded when their files change, and a 400 for plain HTTP on a TLS port.
 //! - [`shutdown_signal`]: SIGINT/SIGTERM as the shutdown future.
 //!
 //! # Why these dependencies
@@ -31,18 +35,24 @@
 
 mod allowed_sans;
 mod auth;
+mod body;
+mod budget;
+mod conn;
 mod error;
+mod files;
 mod listen;
 mod rate_limit;
 mod server;
 mod signal;
 mod tls;
+mod tls_accept;
 mod tls_choice;
 pub mod web_config;
 
+pub use conn::MAX_CONNECTIONS;
 pub use error::HttpError;
-pub use server::Server;
+pub use server::{Server, RESPONSE_TIMEOUT, WRITE_STALL_TIMEOUT};
 pub use signal::shutdown_signal;
 pub use web_config::{
-    BcryptHash, ClientAuth, Pem, TlsConfig, TlsVersion, WebConfig, WebConfigError,
+    BcryptHash, ClientAuth, Pem, TlsConfig, TlsVersion, WebConfig, WebConfigError, MAX_BCRYPT_COST,
 };

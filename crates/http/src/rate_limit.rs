@@ -28,6 +28,16 @@ impl Bucket {
         }
     }
 
+    /// Whether the bucket would be full at `now`: its owner has been quiet long enough to be
+    /// forgotten.
+    pub(crate) fn is_full(&self, now: Instant) -> bool {
+        let state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+        let (tokens, since) = *state;
+        let refill =
+            now.saturating_duration_since(since).as_secs_f64() / self.limit.interval.as_secs_f64();
+        tokens + refill >= f64::from(self.limit.burst)
+    }
+
     /// Takes a token at `now` if there is one.
     pub(crate) fn allow(&self, now: Instant) -> bool {
         let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);

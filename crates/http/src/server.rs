@@ -6,12 +6,19 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
+use axum::body::Body;
 use axum::middleware;
+use axum::response::Response;
 use axum::Router;
+use axum_server::tls_rustls::{RustlsAcceptor, RustlsConfig};
+use tokio::sync::Semaphore;
 
 use crate::auth::{guard_layer, Guard};
+use crate::body::Paced;
+use crate::conn::{connection_limit, CappedListener, ClientAddr};
 use crate::error::HttpError;
 use crate::listen::bind_one;
+use crate::tls_accept::{reload_on_change, RefusePlainHttp, RELOAD_CHECK};
 use crate::web_config::WebConfig;
 
 /// How long in-flight requests may take to finish once shutdown starts.
@@ -28,6 +35,12 @@ const FIRST_REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
 /// a scraper's keep-alive connection normally survives between scrapes. HTTP/2 connections
 /// (prior-knowledge clients only, see [`WebConfig::http1_only`]) are not covered by it.
 const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(90);
+/// A write that makes no progress this long closes the connection: the peer stopped reading.
+pub const WRITE_STALL_TIMEOUT: Duration = Duration::from_secs(20);
+/// A response must be sent whole within this time. It bounds how long a reader that drains a
+/// little now and then keeps a response, and the snapshot it was encoded from, in memory.
+/// Above the scrape timeouts Prometheus allows in practice (at most the scrape interval).
+pub const RESPONSE_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// Bound sockets and the checked web config, ready to serve. Splitting binding from serving
 /// lets callers learn the actual addresses (port 0 in tests) and fail start-up on a bad address
@@ -38,6 +51,9 @@ pub struct Server {
     tls: Option<Arc<rustls::ServerConfig>>,
     http1_only: bool,
     guard: Arc<Guard>,
+    /// Kept to rebuild the TLS configuration when its files change.
+    web: Option<WebConfig>,
+    max_connections: usize,
 }
 
 impl std::fmt::Debug for Server {
@@ -47,6 +63,7 @@ impl std::fmt::Debug for Server {
             .field("tls", &self.tls.is_some())
             .field("http1_only", &self.http1_only)
             .field("basic_auth", &self.guard.has_basic_auth())
+            .field("max_connections", &self.max_connections)
             .finish()
     }
 }
@@ -73,13 +90,23 @@ impl Server {
             listeners.push(listener);
             addrs.push(local);
         }
+        let max_connections = connection_limit();
+        tracing::info!(max_connections, "HTTP connection limit");
         Ok(Server {
             listeners,
             addrs,
             tls,
             http1_only: web.as_ref().is_some_and(|w| w.http1_only),
             guard: Arc::new(guard),
+            web,
+            max_connections,
         })
+    }
+
+    /// How many connections are served at once, over all listen addresses; further ones wait
+    /// in the listen backlog. Derived from the open-file limit (see the `conn` module).
+    pub fn max_connections(&self) -> usize {
+        self.max_connections
     }
 
     /// The bound addresses, in the order of the listen list.
@@ -103,36 +130,47 @@ impl Server {
     ) -> Result<(), HttpError> {
         // Layered last, over the whole router: axum applies a layer to the routes and the
         // fallback that exist when it is added.
-        let app = router.layer(middleware::from_fn_with_state(
-            self.guard.clone(),
-            guard_layer,
-        ));
+        let app = router
+            .layer(middleware::from_fn_with_state(
+                self.guard.clone(),
+                guard_layer,
+            ))
+            .layer(middleware::map_response(pace));
+        let slots = Arc::new(Semaphore::new(self.max_connections));
+        // One TLS configuration for every listener, so that a reload reaches them all.
+        let tls = self.tls.clone().map(RustlsConfig::from_config);
         let mut handles = Vec::new();
         let mut tasks = tokio::task::JoinSet::new();
         for (listener, address) in self.listeners.into_iter().zip(self.addrs.iter().copied()) {
+            let serve_err = move |source| HttpError::Serve { address, source };
+            let listener = CappedListener::new(listener, slots.clone(), WRITE_STALL_TIMEOUT)
+                .map_err(serve_err)?;
             let handle = axum_server::Handle::new();
             handles.push(handle.clone());
-            let make = app.clone().into_make_service();
-            let serve_err = move |source| HttpError::Serve { address, source };
-            match &self.tls {
-                Some(tls) => {
-                    let config = axum_server::tls_rustls::RustlsConfig::from_config(tls.clone());
-                    let server = axum_server::from_tcp_rustls(listener, config)
-                        .map_err(serve_err)?
-                        .handle(handle);
-                    let server = limit_connections(server, self.http1_only);
+            let make = app
+                .clone()
+                .into_make_service_with_connect_info::<SocketAddr>();
+            let server = axum_server::Server::<ClientAddr>::from_listener(listener).handle(handle);
+            match &tls {
+                Some(config) => {
+                    let acceptor = RustlsAcceptor::new(config.clone()).acceptor(RefusePlainHttp);
+                    let server = limit_connections(server.acceptor(acceptor), self.http1_only);
                     tasks.spawn(async move { server.serve(make).await.map_err(serve_err) });
                 }
                 None => {
-                    let server = axum_server::from_tcp(listener)
-                        .map_err(serve_err)?
-                        .handle(handle);
                     let server = limit_connections(server, self.http1_only);
                     tasks.spawn(async move { server.serve(make).await.map_err(serve_err) });
                 }
             }
-            tracing::info!(%address, tls = self.tls.is_some(), "serving HTTP");
+            tracing::info!(%address, tls = tls.is_some(), "serving HTTP");
         }
+        let reload = match (&tls, &self.web) {
+            (Some(config), Some(web)) => Some(
+                tokio::spawn(reload_on_change(web.clone(), config.clone(), RELOAD_CHECK))
+                    .abort_handle(),
+            ),
+            _ => None,
+        };
 
         let mut result = Ok(());
         tokio::select! {
@@ -158,8 +196,16 @@ impl Server {
                 }
             }
         }
+        if let Some(reload) = reload {
+            reload.abort();
+        }
         result
     }
+}
+
+/// Every response body goes out in shared slices and within [`RESPONSE_TIMEOUT`].
+async fn pace(response: Response) -> Response {
+    response.map(|body| Body::new(Paced::new(body, RESPONSE_TIMEOUT)))
 }
 
 /// The per-connection limits, the same for plain and TLS listeners.

@@ -18,6 +18,7 @@ use axum::http::{HeaderName, HeaderValue};
 use rustls::pki_types::ServerName;
 
 use crate::allowed_sans::parse_sans;
+use crate::files::{read_limited, PEM_LIMIT, WEB_CONFIG_LIMIT};
 pub use crate::rate_limit::RateLimit;
 use crate::tls_choice::{curves, tls12_suites, Curve};
 use serde::Deserialize;
@@ -51,7 +52,7 @@ pub enum Pem {
 impl Pem {
     pub(crate) fn read(&self, file: &str, field: &str) -> Result<Vec<u8>, WebConfigError> {
         match self {
-            Pem::File(path) => std::fs::read(path).map_err(|e| WebConfigError::Field {
+            Pem::File(path) => read_limited(path, PEM_LIMIT).map_err(|e| WebConfigError::Field {
                 file: file.to_string(),
                 field: field.to_string(),
                 message: format!("reading {}: {e}", path.display()),
@@ -108,6 +109,19 @@ pub struct TlsConfig {
     pub curves: Option<Vec<Curve>>,
     /// `client_allowed_sans`: a verified client certificate must name one of these.
     pub client_allowed_sans: Option<Vec<ServerName<'static>>>,
+}
+
+/// The dearest bcrypt cost accepted in `basic_auth_users`. bcrypt doubles its work with each
+/// step: cost 10 (htpasswd's and the toolkit's usual choice) takes tens of milliseconds, 14
+/// about a second, and the format's maximum, 31, days; a hash that dear would hang start-up
+/// (the server prepares a decoy hash of the same cost) and every login.
+pub const MAX_BCRYPT_COST: u32 = 14;
+
+/// Roughly how long one check at `cost` takes, for the error message (cost 10 ≈ 60 ms).
+fn bcrypt_time(cost: u32) -> String {
+    let seconds = 0.06 * 2f64.powi(cost as i32 - 10);
+    humantime::format_duration(std::time::Duration::from_secs_f64(seconds.round().max(1.0)))
+        .to_string()
 }
 
 /// A bcrypt hash from `basic_auth_users`, checked when the config was parsed.
@@ -215,9 +229,14 @@ impl WebConfig {
     /// file's directory, as in exporter-toolkit.
     pub fn load(path: &Path) -> Result<WebConfig, WebConfigError> {
         let file = path.display().to_string();
-        let text = std::fs::read_to_string(path).map_err(|source| WebConfigError::Read {
+        let bytes =
+            read_limited(path, WEB_CONFIG_LIMIT).map_err(|source| WebConfigError::Read {
+                file: file.clone(),
+                source,
+            })?;
+        let text = String::from_utf8(bytes).map_err(|_| WebConfigError::Parse {
             file: file.clone(),
-            source,
+            message: "not UTF-8 text".to_string(),
         })?;
         let base = path.parent().unwrap_or(Path::new("."));
         WebConfig::parse(&text, base, &file)
@@ -268,6 +287,17 @@ impl WebConfig {
                         .to_string(),
                 ));
             };
+            if hash.cost() > MAX_BCRYPT_COST {
+                return Err(field_err(
+                    &field,
+                    format!(
+                        "bcrypt cost {} is above the {MAX_BCRYPT_COST} allowed: every login \
+                         would take {} (re-hash the password, e.g. `htpasswd -nBC 10 {user}`)",
+                        hash.cost(),
+                        bcrypt_time(hash.cost())
+                    ),
+                ));
+            }
             config.basic_auth_users.insert(user, hash);
         }
 
@@ -657,6 +687,14 @@ pub(crate) mod tests {
                 && unknown.to_string().contains("cert_fil"),
             "{unknown}"
         );
+        // A cost-31 hash (bcrypt's maximum) would take days per check: refused, naming the user.
+        let dear = bcrypt::hash("secret", 4)
+            .unwrap()
+            .replacen("$04$", "$31$", 1);
+        let err = parse(&format!("basic_auth_users:\n  carol: '{dear}'\n")).unwrap_err();
+        let text = err.to_string();
+        assert!(text.contains("cost 31") && text.contains("carol"), "{text}");
+        assert_eq!(field_of(err), "basic_auth_users.carol");
         let err = parse("basic_auth_users: [1, 2]\n").unwrap_err();
         assert!(err.to_string().contains("basic_auth_users"), "{err}");
     }

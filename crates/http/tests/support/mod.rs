@@ -69,6 +69,16 @@ pub fn client() -> reqwest::Client {
         .unwrap()
 }
 
+/// A client whose connections come from `ip` (any 127.0.0.0/8 address is loopback on Linux),
+/// so that tests can play several clients.
+pub fn client_from(ip: &str) -> reqwest::Client {
+    reqwest::Client::builder()
+        .timeout(Duration::from_secs(60))
+        .local_address(ip.parse::<std::net::IpAddr>().unwrap())
+        .build()
+        .unwrap()
+}
+
 pub fn web_config(dir: &Path, yaml: &str) -> WebConfig {
     let path = dir.join("web.yml");
     std::fs::write(&path, yaml).unwrap();
