@@ -45,6 +45,7 @@
 mod archive;
 pub mod builtin;
 mod curvefit;
+pub mod dataset;
 mod error;
 pub mod features;
 pub mod fit;
