@@ -16,6 +16,9 @@ use crate::features::Feature;
 /// Fewest usable rows: a split needs rows on both sides and fits need a few points.
 pub const MIN_ROWS: usize = 10;
 
+/// Per component, (measured, predicted) W.
+type Points = Vec<(String, Vec<(f64, f64)>)>;
+
 /// The columns one model is fitted and tested on.
 struct Problem<'a> {
     features: Vec<(Feature, &'a [f64])>,
@@ -38,7 +41,8 @@ fn check(opts: &TrainOptions) -> Result<(), TrainError> {
     if g.n_trees == 0 || !(1..=16).contains(&g.max_depth) {
         return bad("boosting needs ≥ 1 tree and a depth in 1..=16");
     }
-    if !(g.learning_rate > 0.0 && g.learning_rate <= 1.0) || !(g.lambda >= 0.0) {
+    let rate_ok = g.learning_rate > 0.0 && g.learning_rate <= 1.0;
+    if !rate_ok || g.lambda.is_nan() || g.lambda < 0.0 {
         return bad("boosting learning rate must be in (0, 1], lambda ≥ 0");
     }
     if opts.trainers.is_empty() || opts.output_types.is_empty() {
@@ -159,6 +163,7 @@ pub fn train_all(data: &Dataset, opts: &TrainOptions) -> Result<TrainReport, Tra
         rows: n,
         train_rows: train.len(),
         test_rows: test.len(),
+        test_indices: test.clone(),
         skipped_rows: data.skipped_rows,
         idle_w: idle_report,
         acceptance: opts.acceptance,
@@ -312,11 +317,11 @@ fn predict(
     name: &str,
     p: &Problem<'_>,
     rows: &[usize],
-) -> Result<Vec<(String, Vec<(f64, f64)>)>, String> {
+) -> Result<Points, String> {
     let file = format!("{name}.{}", kind.extension());
     let model = crate::load_model_bytes(bytes, Some(&file), None)
         .map_err(|e| format!("the written model does not load: {e}"))?;
-    let mut out: Vec<(String, Vec<(f64, f64)>)> = p
+    let mut out: Points = p
         .targets
         .iter()
         .map(|(c, _)| (c.clone(), Vec::with_capacity(rows.len())))
