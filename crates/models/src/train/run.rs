@@ -398,9 +398,6 @@ mod tests {
         };
         // Upstream's nx12 linear model is off by ~5 W on package; trees and OLS must do better
         // than a constant (the mean), which misses by ~14 W.
-        for m in &report.models {
-            eprintln!("{}", serde_json::to_string(&m.accuracy.components).unwrap());
-        }
         assert!(mae(FeatureGroup::BPFOnly, TrainerKind::Ols) < 30.0);
         assert!(
             mae(FeatureGroup::Full, TrainerKind::Xgboost)
