@@ -380,10 +380,6 @@ mod tests {
                 vec!["package", "core", "uncore", "dram"]
             );
             assert!(m.accuracy.mae_w.is_finite() && m.k_fold.is_some());
-            eprintln!(
-                "{} {} {}: {:?} {:?}",
-                m.output_type, m.feature_group, m.name, m.accuracy.mae_w, m.accuracy.mape_pct
-            );
         }
         let mae = |g: FeatureGroup, t: TrainerKind| {
             report
@@ -396,9 +392,10 @@ mod tests {
                 .accuracy
                 .mae_w
         };
-        // Upstream's nx12 linear model is off by ~5 W on package; trees and OLS must do better
-        // than a constant (the mean), which misses by ~14 W.
-        assert!(mae(FeatureGroup::BPFOnly, TrainerKind::Ols) < 30.0);
+        // The least-squares line in busy CPU time misses package by ~23 W on this run (see
+        // docs/model-accuracy.md); the published nx12 model by ~30 W; trees on counters by < 5 W.
+        assert!(mae(FeatureGroup::BPFOnly, TrainerKind::Ols) < 26.0);
+        assert!(mae(FeatureGroup::Full, TrainerKind::Xgboost) < 5.0);
         assert!(
             mae(FeatureGroup::Full, TrainerKind::Xgboost)
                 < mae(FeatureGroup::BPFOnly, TrainerKind::Ols)
