@@ -1,6 +1,7 @@
 //! `kepler-model-server`: the Rust model server for Kepler: `serve` (the HTTP API over a
 //! model directory, legacy `/model` included), `predict` (evaluate a model-DB or built-in
-//! model on a CSV of features), `train-builtin` (train the built-in models from the public
+//! model on a CSV of features), `train` (power models from a dataset or Prometheus, see
+//! `train_cmd`), `train-builtin` (train the built-in models from the public
 //! data) and `evaluate-builtin` (their accuracy report).
 
 // No unwrap or expect outside tests; set per crate root, see [workspace.lints] in Cargo.toml.
@@ -13,6 +14,7 @@ mod model_source;
 mod predict;
 mod serve;
 mod train;
+mod train_cmd;
 
 use clap::{Parser, Subcommand};
 
@@ -33,6 +35,8 @@ enum Command {
     Serve(serve::ServeArgs),
     /// Evaluate a power model on every row of a CSV of features; print watts per component.
     Predict(predict::PredictArgs),
+    /// Train power models from a dataset or Prometheus; write a model-DB pipeline + report.
+    Train(Box<train_cmd::TrainCmdArgs>),
     /// Train the built-in default models from the public data (SPECpower, AWS instances).
     TrainBuiltin(train::TrainArgs),
     /// Evaluate the built-in models against the nx12 measurements; write the report.
@@ -45,6 +49,7 @@ fn main() -> std::process::ExitCode {
     let result = match cli.command {
         Command::Serve(args) => serve::run(&args),
         Command::Predict(args) => predict::run(&args, &builtin::Embedded),
+        Command::Train(args) => train_cmd::run(&args),
         Command::TrainBuiltin(args) => train::run(&args),
         Command::EvaluateBuiltin(args) => evaluate::run(&args),
     };
