@@ -5,17 +5,20 @@
 //!   [`metadata`] reads the pipeline files that describe the models.
 //! - [`legacy`]: `POST /model` and `GET /best-models`, upstream's API; [`select`] chooses
 //!   the model, with [`filter`] and [`nodematch`].
-//! - [`modern`]: `GET /models`, `GET /models/<path>`; [`routes`]: the router, `/healthz`.
+//! - [`modern`]: `GET /models`, `GET /models/<path>`; [`upload`]: `PUT /models/<path>`
+//!   (token-protected); [`metrics`]: `GET /metrics`; [`routes`]: the router, `/healthz`.
 
 mod filter;
 mod index;
 mod legacy;
 mod metadata;
+mod metrics;
 mod modern;
 mod nodematch;
 mod routes;
 mod select;
 mod types;
+mod upload;
 
 use std::io::Write;
 use std::path::PathBuf;
@@ -38,6 +41,10 @@ pub struct ServeArgs {
     /// Exporter-toolkit web config (TLS, basic auth), as for the agent.
     #[arg(long = "web.config-file")]
     pub web_config_file: Option<PathBuf>,
+    /// File holding the bearer token that `PUT /models/<path>` uploads must present (at least
+    /// 16 characters); without it, uploads are refused.
+    #[arg(long = "upload.token-file")]
+    pub upload_token_file: Option<PathBuf>,
 }
 
 pub fn run(args: &ServeArgs) -> Result<()> {
@@ -64,12 +71,17 @@ async fn serve(args: &ServeArgs) -> Result<()> {
         .as_deref()
         .map(kepler_http::WebConfig::load)
         .transpose()?;
+    let upload_token = args
+        .upload_token_file
+        .as_deref()
+        .map(upload::UploadToken::load)
+        .transpose()?;
     let dir = args.model_dir.clone();
     let index = tokio::task::spawn_blocking(move || ModelIndex::scan(&dir))
         .await
         .context("indexing the model directory")??;
     log_index(&index, "model directory indexed");
-    let state = Arc::new(AppState::new(args.model_dir.clone(), index));
+    let state = Arc::new(AppState::new(args.model_dir.clone(), index, upload_token));
 
     let server = kepler_http::Server::bind(&args.listen, web).await?;
     // Installed before the address is announced: SIGHUP's default action ends the process,
