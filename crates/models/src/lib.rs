@@ -23,7 +23,8 @@
 //! from `bpf_cpu_time_ms` unchanged (see [`features`] for why). A feature name that is none
 //! of Kepler's is an error at load ([`ModelError::UnknownFeature`]).
 //!
-//! The [`fit`] module holds the regression fitting the built-in models are trained with.
+//! The [`fit`] module holds the regression fitting the built-in models are trained with;
+//! [`train`] trains model-DB models from a [`dataset::Dataset`] (`kepler-model-server train`).
 //!
 //! Every model implements [`Predictor`]. Predictions never go below 0 W; missing, NaN or
 //! infinite inputs and non-finite results are errors, never silent zeros. The crate does no
@@ -45,6 +46,7 @@
 mod archive;
 pub mod builtin;
 mod curvefit;
+pub mod dataset;
 mod error;
 pub mod features;
 pub mod fit;
@@ -52,6 +54,7 @@ mod linear;
 mod model;
 mod pickle;
 mod sklearn;
+pub mod train;
 mod trainer;
 mod weights;
 mod xgboost;

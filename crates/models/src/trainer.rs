@@ -20,9 +20,13 @@ pub enum Trainer {
     KNeighborsRegressor,
     LinearRegression,
     SvrRegressor,
+    /// Ridge least squares (this project's `train`; written as linear weight JSON).
+    RidgeRegression,
+    /// Non-negative least squares (this project's `train`; written as linear weight JSON).
+    NnlsRegression,
 }
 
-const ALL: [(Trainer, &str); 10] = [
+const ALL: [(Trainer, &str); 12] = [
     (Trainer::SgdRegressor, "SGDRegressorTrainer"),
     (
         Trainer::LogarithmicRegression,
@@ -42,6 +46,8 @@ const ALL: [(Trainer, &str); 10] = [
     (Trainer::KNeighborsRegressor, "KNeighborsRegressorTrainer"),
     (Trainer::LinearRegression, "LinearRegressionTrainer"),
     (Trainer::SvrRegressor, "SVRRegressorTrainer"),
+    (Trainer::RidgeRegression, "RidgeRegressionTrainer"),
+    (Trainer::NnlsRegression, "NNLSRegressionTrainer"),
 ];
 
 impl Trainer {
@@ -78,6 +84,17 @@ impl Trainer {
         } else {
             Ok(None)
         }
+    }
+
+    /// Trainers whose models can be linear weight JSON (`b + Σ w·x/s`).
+    pub(crate) fn writes_linear_weights(self) -> bool {
+        matches!(
+            self,
+            Trainer::SgdRegressor
+                | Trainer::LinearRegression
+                | Trainer::RidgeRegression
+                | Trainer::NnlsRegression
+        )
     }
 
     /// Trainers whose 3- or 4-value `CurveFit_Weights` this crate evaluates.

@@ -197,7 +197,7 @@ fn model_kind(
     };
     let kind = match &first.curve {
         None => {
-            if let Some(t) = trainer.filter(|t| *t != Trainer::SgdRegressor) {
+            if let Some(t) = trainer.filter(|t| !t.writes_linear_weights()) {
                 return Err(mismatch(
                     t,
                     "the file holds linear weights (SGDRegressorTrainer)".into(),
