@@ -1,6 +1,7 @@
 //! `kepler-model-server`: the Rust model server for Kepler: `serve` (the HTTP API over a
 //! model directory, legacy `/model` included), `predict` (evaluate a model-DB or built-in
-//! model on a CSV of features), `train-builtin` (train the built-in models from the public
+//! model on a CSV of features), `train` (power models from a dataset or Prometheus, see
+//! `train_cmd`), `train-builtin` (train the built-in models from the public
 //! data) and `evaluate-builtin` (their accuracy report).
 
 // No unwrap or expect outside tests; set per crate root, see [workspace.lints] in Cargo.toml.
@@ -14,6 +15,7 @@ mod model_source;
 mod predict;
 mod serve;
 mod train;
+mod train_cmd;
 
 use clap::{Parser, Subcommand};
 
@@ -37,6 +39,8 @@ enum Command {
     Collect(collect::CollectArgs),
     /// Evaluate a power model on every row of a CSV of features; print watts per component.
     Predict(predict::PredictArgs),
+    /// Train power models from a dataset or Prometheus; write a model-DB pipeline + report.
+    Train(train_cmd::TrainCmdArgs),
     /// Train the built-in default models from the public data (SPECpower, AWS instances).
     TrainBuiltin(train::TrainArgs),
     /// Evaluate the built-in models against the nx12 measurements; write the report.
@@ -50,6 +54,7 @@ fn main() -> std::process::ExitCode {
         Command::Serve(args) => serve::run(&args),
         Command::Collect(args) => collect::run(&args),
         Command::Predict(args) => predict::run(&args, &builtin::Embedded),
+        Command::Train(args) => train_cmd::run(&args),
         Command::TrainBuiltin(args) => train::run(&args),
         Command::EvaluateBuiltin(args) => evaluate::run(&args),
     };

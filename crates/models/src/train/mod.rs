@@ -8,8 +8,8 @@
 //! loading the written bytes with [`crate::load_model_bytes`] and predicting the held-back
 //! rows, so the figures are those of the file a server serves and an agent runs.
 //!
-//! - **Idle isolation** (DynPower): a component's idle power is the median of its power over
-//!   the training rows whose main feature is in the lowest 5 % (at least 3 rows); the
+//! - **Idle isolation** (DynPower): a component's idle power is the lowest power among the
+//!   training rows whose main feature is in the lowest 5 % (at least 3 rows); the
 //!   DynPower target is power − idle, floored at 0 W (no model predicts below 0 W; power
 //!   under idle is noise around it). Held-back rows use the idle of the training rows.
 //! - **Accuracy**: per component MAE (W) and MAPE (%, over samples whose measured value is at
