@@ -1,6 +1,6 @@
 //! `GET /metrics`: the server's own figures in the Prometheus text format: requests by route
-//! and status, a latency histogram per route, the models loaded and broken, uploads and the
-//! process's resident memory.
+//! and status, a latency histogram per route, the models loaded and broken, uploads, the
+//! retrain loop's runs and the process's resident memory.
 //!
 //! Requests are counted by a middleware inside the shared server's guard, so requests that
 //! basic auth turns away (401) are not counted here. Routes are the router's templates
@@ -70,11 +70,30 @@ impl UploadOutcome {
     }
 }
 
+/// The retrain loop's result for one machine type in one run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum RetrainOutcome {
+    Published,
+    Kept,
+    Failed,
+}
+
+impl RetrainOutcome {
+    fn label(self) -> &'static str {
+        match self {
+            RetrainOutcome::Published => "published",
+            RetrainOutcome::Kept => "kept",
+            RetrainOutcome::Failed => "failed",
+        }
+    }
+}
+
 /// Everything `/metrics` reports that the index does not hold.
 #[derive(Debug, Default)]
 pub struct ServerMetrics {
     by_route: Mutex<ByRoute>,
     uploads: Mutex<BTreeMap<UploadOutcome, u64>>,
+    retrains: Mutex<BTreeMap<RetrainOutcome, u64>>,
     rescans: AtomicU64,
 }
 
@@ -95,6 +114,11 @@ impl ServerMetrics {
 
     pub fn upload(&self, outcome: UploadOutcome) {
         let mut m = self.uploads.lock().unwrap_or_else(|p| p.into_inner());
+        *m.entry(outcome).or_default() += 1;
+    }
+
+    pub fn retrain(&self, outcome: RetrainOutcome) {
+        let mut m = self.retrains.lock().unwrap_or_else(|p| p.into_inner());
         *m.entry(outcome).or_default() += 1;
     }
 
@@ -203,6 +227,23 @@ impl ServerMetrics {
             )?;
         }
         drop(uploads);
+
+        family(
+            out,
+            "kepler_model_server_retrain_runs_total",
+            "counter",
+            "Retraining results per machine type: published (beat the served models), kept or failed",
+        )?;
+        let retrains = self.retrains.lock().unwrap_or_else(|p| p.into_inner());
+        for outcome in [RetrainOutcome::Published, RetrainOutcome::Kept, RetrainOutcome::Failed] {
+            let n = retrains.get(&outcome).copied().unwrap_or(0);
+            writeln!(
+                out,
+                "kepler_model_server_retrain_runs_total{{outcome=\"{}\"}} {n}",
+                outcome.label()
+            )?;
+        }
+        drop(retrains);
 
         if let Some(rss) = rss_bytes {
             family(

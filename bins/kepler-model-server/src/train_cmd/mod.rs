@@ -2,9 +2,9 @@
 //! Prometheus range-query dump, or a live Prometheus), written as a model-DB pipeline that
 //! `serve` serves, with an HTML accuracy report.
 
-mod prom;
+pub(crate) mod prom;
 mod report;
-mod write;
+pub(crate) mod write;
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -219,7 +219,7 @@ fn is_json(path: &Path) -> Result<bool> {
 }
 
 /// Drops power columns of other sources; an error when none of this source's is left.
-fn keep_source_components(data: &mut Dataset, source: Source) -> Result<()> {
+pub(crate) fn keep_source_components(data: &mut Dataset, source: Source) -> Result<()> {
     let before: Vec<String> = data.power.iter().map(|(c, _)| c.clone()).collect();
     data.power
         .retain(|(c, _)| source.components().contains(&c.as_str()));
