@@ -98,7 +98,10 @@ async fn main() {
     let addr = args[1].clone();
     let concurrency: usize = args[2].parse().expect("CONCURRENCY");
     let secs: u64 = args[3].parse().expect("SECONDS");
-    let body = args.get(4).cloned().unwrap_or_else(|| DEFAULT_BODY.to_string());
+    let body = args
+        .get(4)
+        .cloned()
+        .unwrap_or_else(|| DEFAULT_BODY.to_string());
     let started = Instant::now();
     let until = started + Duration::from_secs(secs);
     let tasks: Vec<_> = (0..concurrency)

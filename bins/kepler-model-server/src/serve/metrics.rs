@@ -235,7 +235,11 @@ impl ServerMetrics {
             "Retraining results per machine type: published (beat the served models), kept or failed",
         )?;
         let retrains = self.retrains.lock().unwrap_or_else(|p| p.into_inner());
-        for outcome in [RetrainOutcome::Published, RetrainOutcome::Kept, RetrainOutcome::Failed] {
+        for outcome in [
+            RetrainOutcome::Published,
+            RetrainOutcome::Kept,
+            RetrainOutcome::Failed,
+        ] {
             let n = retrains.get(&outcome).copied().unwrap_or(0);
             writeln!(
                 out,

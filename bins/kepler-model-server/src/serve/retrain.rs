@@ -70,7 +70,10 @@ struct MachineType {
 fn retrain_all(state: &AppState, cfg: &RetrainConfig) -> Result<()> {
     let types = machine_types(cfg)?;
     if types.is_empty() {
-        bail!("no metered agent with ebpf.exportFeatures in Prometheus {}", cfg.prometheus);
+        bail!(
+            "no metered agent with ebpf.exportFeatures in Prometheus {}",
+            cfg.prometheus
+        );
     }
     for t in types {
         let pipeline = pipeline_name(&t.spec);
@@ -93,10 +96,15 @@ fn retrain_one(
 ) -> Result<RetrainOutcome> {
     let selector = format!(
         "{{instance=~\"{}\"}}",
-        t.instances.iter().map(|i| regex_escape(i)).collect::<Vec<_>>().join("|")
+        t.instances
+            .iter()
+            .map(|i| regex_escape(i))
+            .collect::<Vec<_>>()
+            .join("|")
     );
     let range = prom::Range::from_args(Some(cfg.since), None, None)?;
-    let mut data = prom::query_live_selected(&cfg.prometheus, &selector, &range, cfg.step, cfg.timeout)?;
+    let mut data =
+        prom::query_live_selected(&cfg.prometheus, &selector, &range, cfg.step, cfg.timeout)?;
     keep_source_components(&mut data, cfg.source)?;
     data.spec = Some(t.spec.clone());
     let (train, held) = split_recent(&data, HELD_BACK);
@@ -134,7 +142,9 @@ fn current_score(dir: &Path, source: Source, held: &Dataset) -> Option<f64> {
     let groups = std::fs::read_dir(&abs).ok()?;
     let mut best = None;
     for group in groups.flatten() {
-        let Ok(files) = std::fs::read_dir(group.path()) else { continue };
+        let Ok(files) = std::fs::read_dir(group.path()) else {
+            continue;
+        };
         for f in files.flatten() {
             let name = f.file_name().to_string_lossy().into_owned();
             if name.starts_with('.') {
@@ -200,7 +210,11 @@ fn subset(data: &Dataset, rows: &[usize]) -> Dataset {
     Dataset {
         timestamps: pick(&data.timestamps),
         features: data.features.iter().map(|(f, c)| (*f, pick(c))).collect(),
-        power: data.power.iter().map(|(n, c)| (n.clone(), pick(c))).collect(),
+        power: data
+            .power
+            .iter()
+            .map(|(n, c)| (n.clone(), pick(c)))
+            .collect(),
         spec: data.spec.clone(),
         skipped_rows: 0,
     }
@@ -213,7 +227,13 @@ fn pipeline_name(spec: &MachineSpec) -> String {
         .as_deref()
         .unwrap_or("unknown")
         .chars()
-        .map(|c| if c.is_ascii_alphanumeric() { c.to_ascii_lowercase() } else { '_' })
+        .map(|c| {
+            if c.is_ascii_alphanumeric() {
+                c.to_ascii_lowercase()
+            } else {
+                '_'
+            }
+        })
         .collect();
     format!("retrained-{cpu}-{}cpu", spec.cores.unwrap_or(0))
 }
@@ -248,8 +268,13 @@ fn machine_types(cfg: &RetrainConfig) -> Result<Vec<MachineType>> {
             .with_context(|| format!("Prometheus {} query {q}", cfg.prometheus))?
             .body_mut()
             .read_json()
-            .with_context(|| format!("Prometheus {} query {q}: not an API answer", cfg.prometheus))?;
-        let result = body["data"]["result"].as_array().cloned().unwrap_or_default();
+            .with_context(|| {
+                format!("Prometheus {} query {q}: not an API answer", cfg.prometheus)
+            })?;
+        let result = body["data"]["result"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default();
         Ok(result
             .iter()
             .filter_map(|r| serde_json::from_value(r["metric"].clone()).ok())
@@ -272,7 +297,9 @@ fn machine_types(cfg: &RetrainConfig) -> Result<Vec<MachineType>> {
         if !measured.contains(instance) {
             continue;
         }
-        let e = per_instance.entry(instance.clone()).or_insert((model.clone(), 0));
+        let e = per_instance
+            .entry(instance.clone())
+            .or_insert((model.clone(), 0));
         e.1 += 1;
     }
     let mut types: BTreeMap<(String, u32), Vec<String>> = BTreeMap::new();
@@ -326,14 +353,28 @@ mod tests {
     #[test]
     fn the_better_model_scores_lower() {
         let held = data(20);
-        let exact = score(&linear(10.0, 0.02), Some("SGDRegressorTrainer_0.json"), &held).unwrap();
-        let off = score(&linear(15.0, 0.02), Some("SGDRegressorTrainer_0.json"), &held).unwrap();
+        let exact = score(
+            &linear(10.0, 0.02),
+            Some("SGDRegressorTrainer_0.json"),
+            &held,
+        )
+        .unwrap();
+        let off = score(
+            &linear(15.0, 0.02),
+            Some("SGDRegressorTrainer_0.json"),
+            &held,
+        )
+        .unwrap();
         assert!(exact < 1e-9, "{exact}");
         assert!((off - 5.0).abs() < 1e-9, "{off}");
         // A model without the data's component cannot be scored.
         let dram = serde_json::to_vec(&serde_json::json!({"dram": {"All_Weights": {
-            "Bias_Weight": 1.0, "Categorical_Variables": {}, "Numerical_Variables": {}}}})).unwrap();
-        assert_eq!(score(&dram, Some("SGDRegressorTrainer_0.json"), &held), None);
+            "Bias_Weight": 1.0, "Categorical_Variables": {}, "Numerical_Variables": {}}}}))
+        .unwrap();
+        assert_eq!(
+            score(&dram, Some("SGDRegressorTrainer_0.json"), &held),
+            None
+        );
     }
 
     #[test]
