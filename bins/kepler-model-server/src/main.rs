@@ -40,7 +40,7 @@ enum Command {
     /// Evaluate a power model on every row of a CSV of features; print watts per component.
     Predict(predict::PredictArgs),
     /// Train power models from a dataset or Prometheus; write a model-DB pipeline + report.
-    Train(train_cmd::TrainCmdArgs),
+    Train(Box<train_cmd::TrainCmdArgs>),
     /// Train the built-in default models from the public data (SPECpower, AWS instances).
     TrainBuiltin(train::TrainArgs),
     /// Evaluate the built-in models against the nx12 measurements; write the report.

@@ -2,6 +2,7 @@
 //! Prometheus range-query dump, or a live Prometheus), written as a model-DB pipeline that
 //! `serve` serves, with an HTML accuracy report.
 
+mod accuracy_doc;
 pub(crate) mod prom;
 mod report;
 pub(crate) mod write;
@@ -122,6 +123,14 @@ pub struct TrainCmdArgs {
     /// Fail (exit 1, nothing written) when no model passes the acceptance thresholds.
     #[arg(long)]
     pub require_accepted: bool,
+
+    /// Also measure this model file (e.g. a published one) on the held-back rows; repeatable.
+    #[arg(long, value_name = "MODEL")]
+    pub compare: Vec<PathBuf>,
+
+    /// Write the accuracy tables into this Markdown file, replacing its generated section.
+    #[arg(long, value_name = "FILE")]
+    pub markdown: Option<PathBuf>,
 }
 
 pub fn run(args: &TrainCmdArgs) -> Result<()> {
@@ -179,7 +188,31 @@ pub fn run(args: &TrainCmdArgs) -> Result<()> {
         }
         tracing::warn!("{guidance}");
     }
+    let compared = args
+        .compare
+        .iter()
+        .map(|p| accuracy_doc::compare(p, &data, &report))
+        .collect::<Result<Vec<_>>>()?;
     let dir = write::write_pipeline(&args.out, &args.pipeline, args.source, &report)?;
+    if let Some(md) = &args.markdown {
+        let mut words = Vec::new();
+        let mut argv = std::env::args().skip(1);
+        while let Some(a) = argv.next() {
+            // The log level says nothing about the figures.
+            if a == "--log.level" {
+                argv.next();
+            } else if !a.starts_with("--log.level=") {
+                words.push(a);
+            }
+        }
+        let command = words.join(" ");
+        let section = accuracy_doc::section(
+            &format!("kepler-model-server {command}"),
+            &report,
+            &compared,
+        );
+        accuracy_doc::write_section(md, &section)?;
+    }
     println!("{}", dir.display());
     Ok(())
 }

@@ -96,7 +96,7 @@ impl Range {
             },
             _ => bail!("--prometheus needs --since DURATION or --start and --end"),
         };
-        if !(r.start < r.end) {
+        if !r.start.is_finite() || !r.end.is_finite() || r.start >= r.end {
             bail!(
                 "the time range is empty (start {} is not before end {})",
                 r.start,

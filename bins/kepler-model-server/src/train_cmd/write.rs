@@ -240,5 +240,5 @@ fn metadata_csv(models: &[&TrainedModel]) -> Result<Vec<u8>> {
         ]);
         w.write_record(&row)?;
     }
-    Ok(w.into_inner().map_err(|e| anyhow::anyhow!("{e}"))?)
+    w.into_inner().map_err(|e| anyhow::anyhow!("{e}"))
 }

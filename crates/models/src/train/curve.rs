@@ -4,6 +4,9 @@
 //! curve is linear in the others, which least squares gives exactly, so the grid point with
 //! the lowest error is a start close to the optimum and LM only refines it.
 
+// Index loops here read as the matrix formulas they implement.
+#![allow(clippy::needless_range_loop)]
+
 use super::linalg::{least_squares, solve_spd, Mode};
 
 /// The curve families, evaluated exactly as [`crate::curvefit`] does at inference.
@@ -26,6 +29,33 @@ pub(crate) fn eval(kind: CurveKind, p: &[f64], x: f64) -> f64 {
     }
 }
 
+/// The curve's value and its gradient in the parameters at `x`.
+fn value_and_grad(kind: CurveKind, p: &[f64], x: f64, grad: &mut [f64]) -> f64 {
+    let at = |i: usize| p.get(i).copied().unwrap_or(f64::NAN);
+    match kind {
+        CurveKind::Logarithmic => {
+            let (a, b) = (at(0), at(1));
+            let u = b * x + 1.0;
+            let l = u.ln();
+            grad.copy_from_slice(&[l, a * x / u, 1.0]);
+            a * l + at(2)
+        }
+        CurveKind::Exponential => {
+            let (a, b) = (at(0), at(1));
+            let e = (b * x).exp();
+            grad.copy_from_slice(&[e, a * x * e, 1.0]);
+            a * e + at(2)
+        }
+        CurveKind::Logistic => {
+            let (a, x0, k) = (at(0), at(1), at(2));
+            let s = 1.0 / (1.0 + (-k * (x - x0)).exp());
+            let ds = a * s * (1.0 - s);
+            grad.copy_from_slice(&[s, -k * ds, (x - x0) * ds, 1.0]);
+            a * s + at(3)
+        }
+    }
+}
+
 fn sse(kind: CurveKind, p: &[f64], x: &[f64], y: &[f64]) -> f64 {
     let s: f64 = x
         .iter()
@@ -39,8 +69,16 @@ fn sse(kind: CurveKind, p: &[f64], x: &[f64], y: &[f64]) -> f64 {
     }
 }
 
-/// The grid start: candidate parameter vectors with the linear ones solved exactly.
-fn start(kind: CurveKind, x: &[f64], y: &[f64]) -> Vec<f64> {
+/// Rows the grid start looks at: it only needs to land near the optimum, LM refines on all.
+const GRID_ROWS: usize = 256;
+
+/// The grid start: candidate parameter vectors with the linear ones solved exactly, on an
+/// evenly strided subsample of at most [`GRID_ROWS`] rows.
+fn start(kind: CurveKind, x_all: &[f64], y_all: &[f64]) -> Vec<f64> {
+    let stride = x_all.len().div_ceil(GRID_ROWS).max(1);
+    let x: Vec<f64> = x_all.iter().step_by(stride).copied().collect();
+    let y: Vec<f64> = y_all.iter().step_by(stride).copied().collect();
+    let (x, y) = (x.as_slice(), y.as_slice());
     let linear = |basis: &dyn Fn(f64) -> f64| {
         let col: Vec<f64> = x.iter().map(|v| basis(*v)).collect();
         let (c, w) = least_squares(&[&col], y, Mode::Ordinary);
@@ -78,36 +116,44 @@ fn start(kind: CurveKind, x: &[f64], y: &[f64]) -> Vec<f64> {
     }
     candidates
         .into_iter()
-        .min_by(|a, b| sse(kind, a, x, y).total_cmp(&sse(kind, b, x, y)))
+        .map(|c| (sse(kind, &c, x, y), c))
+        .min_by(|a, b| a.0.total_cmp(&b.0))
+        .map(|(_, c)| c)
         .unwrap_or_default()
 }
 
 /// Fits the curve to `(x, y)`; parameters in the model-DB order.
 pub(crate) fn fit(kind: CurveKind, x: &[f64], y: &[f64]) -> Vec<f64> {
+    // A component without variation (core and uncore on many machines read 0 W) is a
+    // constant: a = 0 makes the curve ignore its input.
+    if let Some(first) = y.first() {
+        if y.iter().all(|v| v == first) {
+            return match kind {
+                CurveKind::Logistic => vec![0.0, 0.0, 1.0, *first],
+                _ => vec![0.0, 1.0, *first],
+            };
+        }
+    }
     let mut p = start(kind, x, y);
     let m = p.len();
     let mut cur = sse(kind, &p, x, y);
     let mut lambda = 1e-3;
-    for _ in 0..200 {
-        // Central-difference Jacobian of the curve, accumulated straight into JᵀJ and Jᵀr.
-        let steps: Vec<f64> = p.iter().map(|v| 1e-6 * v.abs().max(1e-3)).collect();
+    let mut row = vec![0.0; m];
+    for _ in 0..100 {
         let mut jtj = vec![vec![0.0; m]; m];
         let mut jtr = vec![0.0; m];
-        let mut row = vec![0.0; m];
         for (xi, yi) in x.iter().zip(y) {
-            for j in 0..m {
-                let mut hi = p.clone();
-                let mut lo = p.clone();
-                hi[j] += steps[j];
-                lo[j] -= steps[j];
-                row[j] = (eval(kind, &hi, *xi) - eval(kind, &lo, *xi)) / (2.0 * steps[j]);
-            }
-            let r = yi - eval(kind, &p, *xi);
+            let r = yi - value_and_grad(kind, &p, *xi, &mut row);
             for a in 0..m {
                 jtr[a] += row[a] * r;
-                for b in 0..m {
+                for b in 0..=a {
                     jtj[a][b] += row[a] * row[b];
                 }
+            }
+        }
+        for a in 0..m {
+            for b in 0..a {
+                jtj[b][a] = jtj[a][b];
             }
         }
         if jtj.iter().flatten().chain(&jtr).any(|v| !v.is_finite()) {
@@ -127,7 +173,7 @@ pub(crate) fn fit(kind: CurveKind, x: &[f64], y: &[f64]) -> Vec<f64> {
                     p = next;
                     cur = s;
                     lambda = (lambda / 10.0).max(1e-12);
-                    improved = gain > 1e-12;
+                    improved = gain > 1e-9;
                     break;
                 }
             }

@@ -24,7 +24,7 @@ pub struct Accuracy {
 
 impl Accuracy {
     /// From per-component (measured, predicted) pairs.
-    pub(crate) fn from_points(points: &[(String, Vec<(f64, f64)>)]) -> Accuracy {
+    pub fn from_points(points: &[(String, Vec<(f64, f64)>)]) -> Accuracy {
         let components: Vec<ComponentAccuracy> = points
             .iter()
             .map(|(c, pts)| {

@@ -6,6 +6,9 @@
 //! at inference exactly as it did while it was grown. Trees are grown on raw feature values
 //! (trees do not care about scale), so the archive needs no scaler.
 
+// Index loops here read as the matrix formulas they implement.
+#![allow(clippy::needless_range_loop)]
+
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
@@ -69,11 +72,12 @@ pub(crate) fn fit(cols: &[Vec<f64>], y: &[f64], params: &GbtParams) -> Booster {
         .iter()
         .map(|c| c.iter().map(|v| *v as f32).collect())
         .collect();
-    let order: Vec<Vec<usize>> = xs
+    // Per feature, (value, row) sorted by value: the split search reads them in order.
+    let order: Vec<Vec<(f32, usize)>> = xs
         .iter()
         .map(|c| {
-            let mut idx: Vec<usize> = (0..n).collect();
-            idx.sort_by(|a, b| c[*a].total_cmp(&c[*b]));
+            let mut idx: Vec<(f32, usize)> = c.iter().copied().zip(0..n).collect();
+            idx.sort_by(|a, b| a.0.total_cmp(&b.0));
             idx
         })
         .collect();
@@ -102,7 +106,7 @@ pub(crate) fn fit(cols: &[Vec<f64>], y: &[f64], params: &GbtParams) -> Booster {
 /// Grows one tree level by level; leaves `node_of[i]` at row i's leaf.
 fn grow(
     xs: &[Vec<f32>],
-    order: &[Vec<usize>],
+    order: &[Vec<(f32, usize)>],
     grad: &[f64],
     p: &GbtParams,
     node_of: &mut [usize],
@@ -140,21 +144,20 @@ fn grow(
         let total = t.left.len();
         let mut best: Vec<Option<Best>> = vec![None; total];
         let is_open: Vec<bool> = (0..total).map(|k| open.contains(&k)).collect();
+        let parent_score: Vec<f64> = (0..total).map(|k| score(g_sum[k], h_sum[k])).collect();
         for (f, idx) in order.iter().enumerate() {
-            let x = &xs[f];
             let mut gl = vec![0.0; total];
             let mut hl = vec![0.0; total];
             let mut last: Vec<Option<f32>> = vec![None; total];
-            for &i in idx {
+            for &(v, i) in idx {
                 let k = node_of[i];
                 if !is_open[k] {
                     continue;
                 }
-                let v = x[i];
                 if last[k].is_some_and(|l| l < v) {
                     let (gr, hr) = (g_sum[k] - gl[k], h_sum[k] - hl[k]);
                     if hl[k] >= p.min_child_weight && hr >= p.min_child_weight {
-                        let gain = score(gl[k], hl[k]) + score(gr, hr) - score(g_sum[k], h_sum[k]);
+                        let gain = score(gl[k], hl[k]) + score(gr, hr) - parent_score[k];
                         if best[k].is_none_or(|b| gain > b.gain) {
                             best[k] = Some(Best {
                                 gain,
@@ -182,31 +185,32 @@ fn grow(
             t.cond[k] = b.threshold;
             t.loss_change[k] = b.gain as f32;
             children[k] = (l, r);
-            // Child sums: one pass over the node's rows.
-            let (mut gl, mut hl) = (0.0, 0.0);
-            for i in 0..n {
-                if node_of[i] == k && xs[b.feature][i] < b.threshold {
-                    gl += grad[i];
-                    hl += 1.0;
-                }
-            }
-            let (gr, hr) = (g_sum[k] - gl, h_sum[k] - hl);
-            push_node(&mut t, k, gl, hl);
-            push_node(&mut t, k, gr, hr);
-            g_sum.extend([gl, gr]);
-            h_sum.extend([hl, hr]);
+            // Sums are filled in by the row pass below.
+            push_node(&mut t, k, 0.0, 0.0);
+            push_node(&mut t, k, 0.0, 0.0);
+            g_sum.extend([0.0, 0.0]);
+            h_sum.extend([0.0, 0.0]);
             next.extend([l, r]);
         }
+        // One pass over the rows: move each row of a split node to its child and add its
+        // gradient to the child's sums.
         for i in 0..n {
             let k = node_of[i];
-            if t.left[k] >= 0 && children[k] != (0, 0) {
-                let go_left = xs[t.feature[k]][i] < t.cond[k];
-                node_of[i] = if go_left {
-                    children[k].0
+            let (l, r) = children[k];
+            if l != 0 {
+                let c = if xs[t.feature[k]][i] < t.cond[k] {
+                    l
                 } else {
-                    children[k].1
+                    r
                 };
+                node_of[i] = c;
+                g_sum[c] += grad[i];
+                h_sum[c] += 1.0;
             }
+        }
+        for &c in &next {
+            t.base_weight[c] = (-g_sum[c] / (h_sum[c] + p.lambda)) as f32;
+            t.hess[c] = h_sum[c] as f32;
         }
         open = next;
     }
@@ -293,7 +297,7 @@ mod tests {
             .iter()
             .map(|v| if *v < 150.0 { 10.0 } else { 40.0 + v / 10.0 })
             .collect();
-        let b = fit(&[x.clone()], &y, &GbtParams::default());
+        let b = fit(std::slice::from_ref(&x), &y, &GbtParams::default());
         let predict = |v: f32| {
             b.trees.iter().fold(b.base_score, |s, t| {
                 let mut k = 0usize;

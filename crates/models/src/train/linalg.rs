@@ -1,6 +1,9 @@
 //! Least squares with an intercept on a handful of columns: ordinary, ridge and
 //! non-negative (Lawson–Hanson), all through the small Gram matrix of the centred columns.
 
+// Index loops here read as the matrix formulas they implement.
+#![allow(clippy::needless_range_loop)]
+
 /// Which least-squares problem.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub(crate) enum Mode {

@@ -304,6 +304,9 @@ pub struct TrainReport {
     pub rows: usize,
     pub train_rows: usize,
     pub test_rows: usize,
+    /// The held-back rows (dataset row indices, ascending): to measure other models on the
+    /// same rows.
+    pub test_indices: Vec<usize>,
     /// Rows the dataset skipped for bad values.
     pub skipped_rows: usize,
     /// Idle power per component (W) removed for DynPower, per feature group's main feature.

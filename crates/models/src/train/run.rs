@@ -16,6 +16,9 @@ use crate::features::Feature;
 /// Fewest usable rows: a split needs rows on both sides and fits need a few points.
 pub const MIN_ROWS: usize = 10;
 
+/// Per component, (measured, predicted) W.
+type Points = Vec<(String, Vec<(f64, f64)>)>;
+
 /// The columns one model is fitted and tested on.
 struct Problem<'a> {
     features: Vec<(Feature, &'a [f64])>,
@@ -38,7 +41,8 @@ fn check(opts: &TrainOptions) -> Result<(), TrainError> {
     if g.n_trees == 0 || !(1..=16).contains(&g.max_depth) {
         return bad("boosting needs ≥ 1 tree and a depth in 1..=16");
     }
-    if !(g.learning_rate > 0.0 && g.learning_rate <= 1.0) || !(g.lambda >= 0.0) {
+    let rate_ok = g.learning_rate > 0.0 && g.learning_rate <= 1.0;
+    if !rate_ok || g.lambda.is_nan() || g.lambda < 0.0 {
         return bad("boosting learning rate must be in (0, 1], lambda ≥ 0");
     }
     if opts.trainers.is_empty() || opts.output_types.is_empty() {
@@ -159,6 +163,7 @@ pub fn train_all(data: &Dataset, opts: &TrainOptions) -> Result<TrainReport, Tra
         rows: n,
         train_rows: train.len(),
         test_rows: test.len(),
+        test_indices: test.clone(),
         skipped_rows: data.skipped_rows,
         idle_w: idle_report,
         acceptance: opts.acceptance,
@@ -312,11 +317,11 @@ fn predict(
     name: &str,
     p: &Problem<'_>,
     rows: &[usize],
-) -> Result<Vec<(String, Vec<(f64, f64)>)>, String> {
+) -> Result<Points, String> {
     let file = format!("{name}.{}", kind.extension());
     let model = crate::load_model_bytes(bytes, Some(&file), None)
         .map_err(|e| format!("the written model does not load: {e}"))?;
-    let mut out: Vec<(String, Vec<(f64, f64)>)> = p
+    let mut out: Points = p
         .targets
         .iter()
         .map(|(c, _)| (c.clone(), Vec::with_capacity(rows.len())))
@@ -375,10 +380,6 @@ mod tests {
                 vec!["package", "core", "uncore", "dram"]
             );
             assert!(m.accuracy.mae_w.is_finite() && m.k_fold.is_some());
-            eprintln!(
-                "{} {} {}: {:?} {:?}",
-                m.output_type, m.feature_group, m.name, m.accuracy.mae_w, m.accuracy.mape_pct
-            );
         }
         let mae = |g: FeatureGroup, t: TrainerKind| {
             report
@@ -391,12 +392,10 @@ mod tests {
                 .accuracy
                 .mae_w
         };
-        // Upstream's nx12 linear model is off by ~5 W on package; trees and OLS must do better
-        // than a constant (the mean), which misses by ~14 W.
-        for m in &report.models {
-            eprintln!("{}", serde_json::to_string(&m.accuracy.components).unwrap());
-        }
-        assert!(mae(FeatureGroup::BPFOnly, TrainerKind::Ols) < 30.0);
+        // The least-squares line in busy CPU time misses package by ~23 W on this run (see
+        // docs/model-accuracy.md); the published nx12 model by ~30 W; trees on counters by < 5 W.
+        assert!(mae(FeatureGroup::BPFOnly, TrainerKind::Ols) < 26.0);
+        assert!(mae(FeatureGroup::Full, TrainerKind::Xgboost) < 5.0);
         assert!(
             mae(FeatureGroup::Full, TrainerKind::Xgboost)
                 < mae(FeatureGroup::BPFOnly, TrainerKind::Ols)

@@ -1,0 +1,135 @@
+"""Trains the models `kepler-model-server train` trains, with scikit-learn, SciPy and
+XGBoost, on the same nx12 rows and the same seeded split, and prints fit time and MAE per
+model next to ours (read from the metadata table our run wrote). Run by
+bench/train_vs_sklearn.sh, which sets up the virtual environment and our build."""
+import csv
+import json
+import sys
+import time
+
+import numpy as np
+import scipy
+import sklearn
+import xgboost
+from scipy.optimize import curve_fit
+from sklearn.linear_model import LinearRegression, Ridge
+
+data_csv, ours_csv, seed = sys.argv[1], sys.argv[2], int(sys.argv[3])
+MASK = (1 << 64) - 1
+
+
+def shuffled(n, seed):
+    """The same SplitMix64 + Fisher-Yates shuffle as crates/models/src/train/eval.rs."""
+    state = seed
+    idx = list(range(n))
+    for i in range(n - 1, 0, -1):
+        state = (state + 0x9E3779B97F4A7C15) & MASK
+        z = state
+        z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & MASK
+        z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & MASK
+        z ^= z >> 31
+        j = z % (i + 1)
+        idx[i], idx[j] = idx[j], idx[i]
+    return idx
+
+
+rows = list(csv.DictReader(open(data_csv)))
+n = len(rows)
+idx = shuffled(n, seed)
+n_test = min(max(int(n * 0.2 + 0.5), 1), n - 1)
+test, train = sorted(idx[:n_test]), sorted(idx[n_test:])
+col = lambda name: np.array([float(r[name]) for r in rows])
+GROUPS = {
+    "BPFOnly": ["bpf_cpu_time_us"],
+    "Full": ["bpf_cpu_time_us", "cpu_cycles", "cpu_instructions", "cache_miss"],
+}
+# The curve feature: cpu_instructions when the group has it (the loader's choice), else cpu time.
+MAIN = {"BPFOnly": "bpf_cpu_time_us", "Full": "cpu_instructions"}
+# All four, as ours trains (core and uncore read 0 W on nx12); MAE is the worst of them.
+COMPONENTS = ["package", "core", "uncore", "dram"]
+
+
+def log_f(x, a, b, c):
+    return a * np.log(b * x + 1) + c
+
+
+def exp_f(x, a, b, c):
+    return a * np.exp(b * x) + c
+
+
+def logistic_f(x, A, x0, k, off):
+    return A / (1 + np.exp(-k * (x - x0))) + off
+
+
+def fit_predict(trainer, group):
+    X = np.column_stack([col(f) for f in GROUPS[group]])
+    scale = np.abs(X[train]).max(axis=0)
+    scale[scale == 0] = 1
+    Xs = X / scale
+    x_main = col(MAIN[group])
+    x_main = x_main / max(np.abs(x_main[train]).max(), 1e-300)
+    preds, fit_s = {}, 0.0
+    for comp in COMPONENTS:
+        y = col(comp + "_power")
+        t0 = time.perf_counter()
+        if trainer == "LinearRegressionTrainer":
+            m = LinearRegression().fit(Xs[train], y[train])
+        elif trainer == "NNLSRegressionTrainer":
+            m = LinearRegression(positive=True).fit(Xs[train], y[train])
+        elif trainer == "RidgeRegressionTrainer":
+            m = Ridge(alpha=1.0).fit(Xs[train], y[train])
+        elif trainer == "XgboostFitTrainer":
+            m = xgboost.XGBRegressor(n_estimators=100, max_depth=6, learning_rate=0.3,
+                                     tree_method="exact", n_jobs=1)
+            m.fit(X[train], y[train])
+        else:
+            f, p0 = {
+                "LogarithmicRegressionTrainer": (log_f, [1, 1, 0]),
+                "ExponentialRegressionTrainer": (exp_f, [1, 1, 0]),
+                "LogisticRegressionTrainer": (logistic_f, [1, 0.5, 1, 0]),
+            }[trainer]
+            try:
+                params, _ = curve_fit(f, x_main[train], y[train], p0=p0, maxfev=20000)
+            except RuntimeError:
+                params = None
+        fit_s += time.perf_counter() - t0
+        if trainer == "XgboostFitTrainer":
+            p = m.predict(X[test])
+        elif trainer in ("LinearRegressionTrainer", "NNLSRegressionTrainer", "RidgeRegressionTrainer"):
+            p = m.predict(Xs[test])
+        elif params is None:
+            p = np.full(len(test), np.nan)
+        else:
+            p = f(x_main[test], *params)
+        preds[comp] = (y[test], np.maximum(p, 0))
+    maes = {c: float(np.mean(np.abs(m - p))) for c, (m, p) in preds.items()}
+    return fit_s, max(maes.values()), maes
+
+
+ours = {}
+for path in ours_csv.split(","):
+    for r in csv.DictReader(open(path)):
+        key = (r["feature_group"], r["trainer"])
+        fit = float(r["fit_seconds"])
+        ours[key] = (min(fit, ours.get(key, (fit,))[0]), float(r["mae"]))
+
+print(f"python {sys.version.split()[0]}, numpy {np.__version__}, scipy {scipy.__version__}, "
+      f"scikit-learn {sklearn.__version__}, xgboost {xgboost.__version__}; "
+      f"{n} rows, {len(train)} train / {len(test)} test, seed {seed}")
+print("| group | trainer | Python fit (ms) | ours fit (ms) | speed-up | Python MAE (W) | ours MAE (W) |")
+print("|---|---|---|---|---|---|---|")
+tot_py = tot_ours = 0.0
+for group in GROUPS:
+    for trainer in ["LinearRegressionTrainer", "NNLSRegressionTrainer", "RidgeRegressionTrainer",
+                    "LogarithmicRegressionTrainer", "ExponentialRegressionTrainer",
+                    "LogisticRegressionTrainer", "XgboostFitTrainer"]:
+        # Best of 3 runs on each side.
+        runs = [fit_predict(trainer, group) for _ in range(3)]
+        fit_s = min(r[0] for r in runs)
+        mae = runs[0][1]
+        o_fit, o_mae = ours[(group, trainer)]
+        tot_py += fit_s
+        tot_ours += o_fit
+        print(f"| {group} | {trainer} | {fit_s*1000:.1f} | {o_fit*1000:.1f} | "
+              f"{fit_s/max(o_fit,1e-9):.0f}× | {mae:.2f} | {o_mae:.2f} |")
+print(f"| all | | {tot_py*1000:.1f} | {tot_ours*1000:.1f} | {tot_py/max(tot_ours,1e-9):.0f}× | | |")
