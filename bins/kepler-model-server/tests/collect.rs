@@ -12,6 +12,24 @@ use kepler_models::dataset::Dataset;
 use kepler_models::Feature;
 use support::powercap::{package_watts, Agent, LoadPowercap};
 
+/// Whether stress-ng is installed; when not, the test is skipped unless `KEPLER_REQUIRE_TOOLS=1`
+/// (CI) makes that a failure.
+fn have_stress_ng() -> bool {
+    let found = Command::new("sh")
+        .args(["-c", "command -v stress-ng"])
+        .stdout(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success());
+    if !found {
+        assert!(
+            std::env::var("KEPLER_REQUIRE_TOOLS").as_deref() != Ok("1"),
+            "stress-ng missing (KEPLER_REQUIRE_TOOLS=1)"
+        );
+        eprintln!("SKIP: stress-ng not installed (bash scripts/setup.sh installs it)");
+    }
+    found
+}
+
 fn shm_dir() -> tempfile::TempDir {
     tempfile::tempdir_in("/dev/shm").unwrap_or_else(|_| tempfile::tempdir().expect("tempdir"))
 }
@@ -79,6 +97,9 @@ fn phases(path: &Path) -> Vec<usize> {
 
 #[test]
 fn a_short_plan_records_a_dataset_train_accepts() {
+    if !have_stress_ng() {
+        return;
+    }
     let work = tempfile::tempdir().expect("tempdir");
     let (agent, _sim, _sysfs) = metered_agent(work.path());
     let out = work.path().join("run.csv");
@@ -135,6 +156,9 @@ fn a_short_plan_records_a_dataset_train_accepts() {
 
 #[test]
 fn a_killed_run_continues_where_its_file_ends() {
+    if !have_stress_ng() {
+        return;
+    }
     let work = tempfile::tempdir().expect("tempdir");
     let (agent, _sim, _sysfs) = metered_agent(work.path());
     let out = work.path().join("run.csv");
