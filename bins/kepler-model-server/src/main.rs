@@ -8,6 +8,7 @@
 #![warn(clippy::unwrap_used, clippy::expect_used)]
 
 mod builtin;
+mod collect;
 mod evaluate;
 mod logging;
 mod model_source;
@@ -33,6 +34,9 @@ struct Cli {
 enum Command {
     /// Serve a model directory over HTTP(S): the legacy `POST /model` API and `GET /models`.
     Serve(serve::ServeArgs),
+    /// Run a stress-ng training workload and record an agent's features and power into a
+    /// dataset for `train`.
+    Collect(collect::CollectArgs),
     /// Evaluate a power model on every row of a CSV of features; print watts per component.
     Predict(predict::PredictArgs),
     /// Train power models from a dataset or Prometheus; write a model-DB pipeline + report.
@@ -48,6 +52,7 @@ fn main() -> std::process::ExitCode {
     logging::init(&cli.log_level);
     let result = match cli.command {
         Command::Serve(args) => serve::run(&args),
+        Command::Collect(args) => collect::run(&args),
         Command::Predict(args) => predict::run(&args, &builtin::Embedded),
         Command::Train(args) => train_cmd::run(&args),
         Command::TrainBuiltin(args) => train::run(&args),

@@ -14,6 +14,8 @@ use axum::routing::{get, post};
 use axum::Router;
 
 use super::index::{ModelEntry, ModelIndex};
+use super::metrics::{self, ServerMetrics};
+use super::upload::{self, UploadToken, MAX_UPLOAD_BYTES};
 use super::{legacy, modern};
 
 /// Largest request body accepted (413 above). A legacy model request is a few hundred bytes;
@@ -23,15 +25,28 @@ pub const MAX_REQUEST_BYTES: usize = 64 << 10;
 /// What the handlers share: the current index, replaced whole on a rescan so that a request
 /// sees one consistent index.
 pub struct AppState {
-    model_dir: PathBuf,
+    pub model_dir: PathBuf,
     index: ArcSwap<ModelIndex>,
+    pub metrics: ServerMetrics,
+    /// `None`: uploads are off.
+    pub upload_token: Option<UploadToken>,
+    /// Held by whatever writes to the model directory and rescans it (uploads, retraining,
+    /// SIGHUP), so that one writer's rollback never meets another's file.
+    pub write_lock: std::sync::Mutex<()>,
 }
 
 impl AppState {
-    pub fn new(model_dir: PathBuf, index: ModelIndex) -> AppState {
+    pub fn new(
+        model_dir: PathBuf,
+        index: ModelIndex,
+        upload_token: Option<UploadToken>,
+    ) -> AppState {
         AppState {
             model_dir,
             index: ArcSwap::from_pointee(index),
+            metrics: ServerMetrics::default(),
+            upload_token,
+            write_lock: std::sync::Mutex::new(()),
         }
     }
 
@@ -41,8 +56,15 @@ impl AppState {
 
     /// Re-reads the model directory; on failure the current index stays.
     pub fn rescan(&self) -> anyhow::Result<Arc<ModelIndex>> {
+        let _guard = self.write_lock.lock().unwrap_or_else(|p| p.into_inner());
+        self.rescan_locked()
+    }
+
+    /// [`rescan`](Self::rescan) for a caller that holds `write_lock`.
+    pub fn rescan_locked(&self) -> anyhow::Result<Arc<ModelIndex>> {
         let index = Arc::new(ModelIndex::scan(&self.model_dir)?);
         self.index.store(index.clone());
+        self.metrics.rescanned();
         Ok(index)
     }
 }
@@ -52,8 +74,20 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/model", post(legacy::post_model))
         .route("/best-models", get(legacy::best_models))
         .route("/models", get(modern::list))
-        .route("/models/{*path}", get(modern::fetch))
+        .route(
+            "/models/{*path}",
+            get(modern::fetch)
+                .put(upload::put)
+                // Inside the router-wide limit below, so it is the one that applies here.
+                .layer(DefaultBodyLimit::max(MAX_UPLOAD_BYTES)),
+        )
         .route("/healthz", get(|| async { "ok\n" }))
+        .route("/metrics", get(metrics::get))
+        // Layered per route, so the middleware sees which route matched.
+        .layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            metrics::track,
+        ))
         .with_state(state)
         // Applies to every extractor that reads a body (`Bytes` in POST /model): 413 above.
         .layer(DefaultBodyLimit::max(MAX_REQUEST_BYTES))

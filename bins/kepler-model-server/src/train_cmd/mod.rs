@@ -3,9 +3,9 @@
 //! `serve` serves, with an HTML accuracy report.
 
 mod accuracy_doc;
-mod prom;
+pub(crate) mod prom;
 mod report;
-mod write;
+pub(crate) mod write;
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -252,7 +252,7 @@ fn is_json(path: &Path) -> Result<bool> {
 }
 
 /// Drops power columns of other sources; an error when none of this source's is left.
-fn keep_source_components(data: &mut Dataset, source: Source) -> Result<()> {
+pub(crate) fn keep_source_components(data: &mut Dataset, source: Source) -> Result<()> {
     let before: Vec<String> = data.power.iter().map(|(c, _)| c.clone()).collect();
     data.power
         .retain(|(c, _)| source.components().contains(&c.as_str()));

@@ -153,6 +153,18 @@ pub fn read_dump(path: &Path) -> Result<Dataset> {
 
 /// Queries a live Prometheus over `range`, in chunks below its points limit.
 pub fn query_live(url: &str, range: &Range, step: Duration, timeout: Duration) -> Result<Dataset> {
+    query_live_selected(url, "", range, step, timeout)
+}
+
+/// [`query_live`] over the series `selector` (`{instance=~"a|b"}`, or empty) picks: the
+/// retrain loop trains each machine type from its own metered nodes.
+pub fn query_live_selected(
+    url: &str,
+    selector: &str,
+    range: &Range,
+    step: Duration,
+    timeout: Duration,
+) -> Result<Dataset> {
     let step_s = step.as_secs_f64();
     if step_s < 1.0 {
         bail!("--step must be at least 1s");
@@ -164,7 +176,9 @@ pub fn query_live(url: &str, range: &Range, step: Duration, timeout: Duration) -
         .into();
     let endpoint = format!("{}/api/v1/query_range", url.trim_end_matches('/'));
     let mut all = Vec::new();
-    for query in [ENERGY, FEATURE] {
+    for name in [ENERGY, FEATURE] {
+        let query = format!("{name}{selector}");
+        let query = query.as_str();
         let mut start = range.start;
         while start < range.end {
             let end = (start + step_s * MAX_POINTS).min(range.end);

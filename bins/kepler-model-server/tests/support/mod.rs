@@ -118,3 +118,5 @@ pub fn client() -> reqwest::blocking::Client {
         .build()
         .expect("client")
 }
+
+pub mod powercap;
