@@ -31,8 +31,6 @@ pub enum FetchError {
     Request { from: String, message: String },
     #[error("{from}: reading the body: {message}")]
     Body { from: String, message: String },
-    #[error("{from} now chooses {now}; restart the agent to switch to it")]
-    Switched { from: String, now: String },
     #[error("{from} sent an unusable model: {error}")]
     Unusable {
         from: String,
@@ -160,21 +158,57 @@ fn served_name(headers: &ureq::http::HeaderMap) -> Option<String> {
     })
 }
 
+/// The file, beside a model server's cached models, that names the one in use. The meter
+/// follows it, so a server that starts choosing another model (a retrained one, say) is
+/// switched to without a restart, and the trainer still follows from the new file's name.
+pub const CURRENT_POINTER: &str = "current";
+
 /// Downloads the model into `path` unless the file already holds the same bytes. Returns
-/// whether the file changed. A model server that now chooses another file than the one
-/// cached is refused: the meter loads one file, and its trainer follows from its name.
-pub fn refresh(remote: &Remote, path: &Path, timeout: Duration) -> Result<bool, FetchError> {
+/// whether the model in use changed. A model server that now chooses another file than the
+/// one cached gets a cache file of its own, and `path` and the pointer move to it.
+pub fn refresh(remote: &Remote, path: &mut PathBuf, timeout: Duration) -> Result<bool, FetchError> {
     let (bytes, served) = remote.fetch(timeout)?;
     if let Some(served) = served {
         let now = safe_file_name(&served);
         if path.file_name().and_then(|n| n.to_str()) != Some(now.as_str()) {
-            return Err(FetchError::Switched {
-                from: remote.describe(),
-                now,
-            });
+            let next = path.with_file_name(&now);
+            store(remote, &next, &bytes)?;
+            point_to(&next)?;
+            info!(from = %remote.describe(), now = %now, "the model server chose another model; switching to it");
+            *path = next;
+            return Ok(true);
         }
     }
     store(remote, path, &bytes)
+}
+
+/// Names `model` in its directory's pointer file, replaced atomically.
+fn point_to(model: &Path) -> Result<(), FetchError> {
+    let (Some(dir), Some(name)) = (model.parent(), model.file_name()) else {
+        return Ok(());
+    };
+    let pointer = dir.join(CURRENT_POINTER);
+    let tmp = dir.join(format!("{CURRENT_POINTER}.download"));
+    let cache = |what: &'static str, path: &Path| {
+        let path = path.to_path_buf();
+        move |source| FetchError::Cache { what, path, source }
+    };
+    std::fs::write(&tmp, name.as_encoded_bytes()).map_err(cache("writing", &tmp))?;
+    std::fs::rename(&tmp, &pointer).map_err(cache("replacing", &pointer))
+}
+
+/// The model file a pointer names, when it names a plain file name in its own directory.
+pub fn pointed_model(pointer: &Path) -> Option<PathBuf> {
+    use std::io::Read;
+    // A file name; anything longer is not one of ours.
+    let mut name = String::new();
+    std::fs::File::open(pointer)
+        .ok()?
+        .take(4096)
+        .read_to_string(&mut name)
+        .ok()?;
+    let name = name.trim();
+    (!name.is_empty() && safe_file_name(name) == name).then(|| pointer.with_file_name(name))
 }
 
 /// Replaces the cache file with `bytes` when they differ and load as a model.
@@ -204,6 +238,9 @@ fn store(remote: &Remote, path: &Path, bytes: &[u8]) -> Result<bool, FetchError>
 /// The newest model a server gave before, for a start without network.
 fn cached_server_model(remote: &Remote, dir: &Path) -> Option<PathBuf> {
     let dir = remote.cache_path(dir, None).parent()?.to_path_buf();
+    if let Some(current) = pointed_model(&dir.join(CURRENT_POINTER)).filter(|p| p.exists()) {
+        return Some(current);
+    }
     std::fs::read_dir(dir)
         .ok()?
         .flatten()
@@ -223,7 +260,11 @@ pub fn prepare(
     let timeout = Duration::from_secs(10).min(every.max(Duration::from_secs(1)));
     let fetched = remote.fetch(timeout).and_then(|(bytes, served)| {
         let path = remote.cache_path(dir, served.as_deref());
-        store(&remote, &path, &bytes).map(|_| path)
+        store(&remote, &path, &bytes)?;
+        if matches!(remote, Remote::Server { .. }) {
+            point_to(&path)?;
+        }
+        Ok(path)
     });
     let (path, fresh) = match fetched {
         Ok(path) => {
@@ -288,10 +329,19 @@ impl ModelRefresh {
         &self.path
     }
 
+    /// The pointer file naming the model in use, for a model server's answers (which may
+    /// switch to another file); none for a fixed URL.
+    pub fn pointer(&self) -> Option<PathBuf> {
+        match self.remote {
+            Remote::Server { .. } => Some(self.path.with_file_name(CURRENT_POINTER)),
+            Remote::File { .. } => None,
+        }
+    }
+
     /// Downloads once and reports the outcome to `health`. Returns whether the cache file
     /// changed.
-    pub fn refresh_once(&self, health: &ComponentHealth) -> Result<bool, FetchError> {
-        let result = refresh(&self.remote, &self.path, self.timeout);
+    pub fn refresh_once(&mut self, health: &ComponentHealth) -> Result<bool, FetchError> {
+        let result = refresh(&self.remote, &mut self.path, self.timeout);
         match &result {
             Ok(changed) => {
                 if health.set_up() {
@@ -311,7 +361,7 @@ impl ModelRefresh {
     }
 
     /// Refreshes every period until `stop` fires; a stop during the wait ends it at once.
-    pub fn run(self, stop: &StopSignal, health: &ComponentHealth) {
+    pub fn run(mut self, stop: &StopSignal, health: &ComponentHealth) {
         if !self.fresh {
             // Start-up already logged the failed download; the model in use is stale.
             health.set_down();

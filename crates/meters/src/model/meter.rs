@@ -39,6 +39,9 @@ pub struct ModelFile {
     pub trainer_hint: Option<String>,
     /// How often to look at the file's modification time.
     pub check_every: Duration,
+    /// A pointer file naming the model file to use instead of `path` when it changes (a
+    /// model server that switched models); see `fetch::CURRENT_POINTER`.
+    pub follow: Option<PathBuf>,
 }
 
 pub struct ModelMeter {
@@ -215,6 +218,17 @@ impl ModelMeter {
             return;
         }
         *checked = std::time::Instant::now();
+        if let Some(next) = file
+            .follow
+            .as_deref()
+            .and_then(super::fetch::pointed_model)
+            .filter(|next| *next != file.path)
+        {
+            info!(from = %file.path.display(), to = %next.display(), "estimation model switched");
+            file.path = next;
+            // Forces the load below: the new file's time says nothing about the old one's.
+            *seen = None;
+        }
         let modified = std::fs::metadata(&file.path)
             .and_then(|m| m.modified())
             .ok();
@@ -412,6 +426,7 @@ mod tests {
                     path: path.clone(),
                     trainer_hint: None,
                     check_every: Duration::ZERO,
+                    follow: None,
                 });
         // Same size, later modification time: bias 10 → 20.
         std::thread::sleep(Duration::from_millis(20));

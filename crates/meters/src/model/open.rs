@@ -141,13 +141,13 @@ pub fn open_model_meter(
         (None, ModelChoice::Builtin) => return open_builtin(settings, host, output, features),
         (None, ModelChoice::File(path)) => {
             let origin = format!("model file {}", path.display());
-            return open_file(settings, path.clone(), origin, output, features);
+            return open_file(settings, path.clone(), None, origin, output, features);
         }
     };
     let origin = remote.describe();
     let (path, refresh) = fetch::prepare(remote, &settings.cache_dir, settings.refresh_period)
         .map_err(|e| Unavailable::new(format!("estimator: {e}")))?;
-    let meter = open_file(settings, path, origin, output, features)?;
+    let meter = open_file(settings, path, refresh.pointer(), origin, output, features)?;
     background.push(refresh.into_task());
     Ok(meter)
 }
@@ -156,6 +156,7 @@ pub fn open_model_meter(
 fn open_file(
     settings: &EstimatorSettings,
     path: PathBuf,
+    follow: Option<PathBuf>,
     origin: String,
     output: OutputType,
     features: &[Feature],
@@ -174,6 +175,7 @@ fn open_file(
             path,
             trainer_hint: settings.trainer.clone(),
             check_every: settings.refresh_period,
+            follow,
         }))
 }
 

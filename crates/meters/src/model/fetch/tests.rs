@@ -51,9 +51,10 @@ fn cache_files_are_named_safely() {
 
 /// A model server's curve fit is cached under the name the server gives it, so its trainer
 /// is known when the file is loaded (a 3-value curve is logarithmic or exponential only by
-/// name); a later answer naming another file is refused rather than loaded as the old one.
+/// name); a later answer naming another file gets a cache file of its own and the pointer
+/// the meter follows moves to it, so the switch needs no restart.
 #[test]
-fn a_served_model_keeps_its_name_and_a_switch_is_refused() {
+fn a_served_model_keeps_its_name_and_a_switch_moves_the_pointer() {
     let curve = std::fs::read_to_string(concat!(
         env!("CARGO_MANIFEST_DIR"),
         "/../../data/kepler-model-db/models/v0.7/ec2-0.7.11/rapl-sysfs/AbsPower/BPFOnly/LogarithmicRegressionTrainer_0.json"
@@ -69,24 +70,44 @@ fn a_served_model_keeps_its_name_and_a_switch_is_refused() {
         url,
         request: serde_json::json!({ "trainer_name": "" }),
     };
-    let (path, refresh) = prepare(remote, dir.path(), Duration::from_secs(60)).unwrap();
-    assert_eq!(
-        path,
-        dir.path()
-            .join("server/LogarithmicRegressionTrainer_0.json")
-    );
+    let (path, mut refresh) = prepare(remote, dir.path(), Duration::from_secs(60)).unwrap();
+    let first = dir
+        .path()
+        .join("server/LogarithmicRegressionTrainer_0.json");
+    assert_eq!(path, first);
     let model = kepler_models::load_model(&path, None).unwrap();
     assert_eq!(model.name(), Some("LogarithmicRegressionTrainer_0"));
+    let pointer = refresh.pointer().unwrap();
+    assert_eq!(pointed_model(&pointer), Some(first.clone()));
+
     let health = health();
-    let err = refresh.refresh_once(&health).unwrap_err();
-    assert!(matches!(err, FetchError::Switched { .. }), "{err}");
-    assert!(
-        err.to_string()
-            .contains("ExponentialRegressionTrainer_0.json"),
-        "{err}"
-    );
-    assert!(!health.is_up());
+    assert!(refresh.refresh_once(&health).unwrap());
+    let second = dir
+        .path()
+        .join("server/ExponentialRegressionTrainer_0.json");
+    assert_eq!(refresh.path(), second);
+    assert_eq!(pointed_model(&pointer), Some(second.clone()));
+    let model = kepler_models::load_model(&second, None).unwrap();
+    assert_eq!(model.name(), Some("ExponentialRegressionTrainer_0"));
+    assert!(first.exists(), "the previous model stays cached");
+    assert!(health.is_up());
     server.join().unwrap();
+}
+
+#[test]
+fn a_pointer_names_only_a_file_in_its_own_directory() {
+    let dir = tempfile::tempdir().unwrap();
+    let pointer = dir.path().join(CURRENT_POINTER);
+    assert_eq!(pointed_model(&pointer), None);
+    for bad in ["", "../etc/passwd", "/etc/passwd", ".hidden", "a b"] {
+        std::fs::write(&pointer, bad).unwrap();
+        assert_eq!(pointed_model(&pointer), None, "{bad:?}");
+    }
+    std::fs::write(&pointer, "SGDRegressorTrainer_0.json\n").unwrap();
+    assert_eq!(
+        pointed_model(&pointer),
+        Some(dir.path().join("SGDRegressorTrainer_0.json"))
+    );
 }
 
 #[test]
@@ -96,11 +117,14 @@ fn the_cache_is_replaced_only_by_a_usable_changed_model() {
     let remote = Remote::File {
         url: format!("{url}/m/SGDRegressorTrainer_0.json"),
     };
-    let path = remote.cache_path(dir.path(), None);
+    let mut path = remote.cache_path(dir.path(), None);
     let timeout = Duration::from_secs(10);
-    assert!(refresh(&remote, &path, timeout).unwrap(), "first download");
-    assert!(!refresh(&remote, &path, timeout).unwrap(), "same bytes");
-    let err = refresh(&remote, &path, timeout).unwrap_err();
+    assert!(
+        refresh(&remote, &mut path, timeout).unwrap(),
+        "first download"
+    );
+    assert!(!refresh(&remote, &mut path, timeout).unwrap(), "same bytes");
+    let err = refresh(&remote, &mut path, timeout).unwrap_err();
     assert!(matches!(err, FetchError::Unusable { .. }), "{err}");
     assert_eq!(std::fs::read_to_string(&path).unwrap(), LINEAR);
     let requests = server.join().unwrap();
@@ -116,7 +140,7 @@ fn a_failing_refresh_shows_in_the_health_handle_until_one_succeeds() {
         url: format!("{url}/SGDRegressorTrainer_0.json"),
     };
     let path = remote.cache_path(dir.path(), None);
-    let refresh = ModelRefresh::new(
+    let mut refresh = ModelRefresh::new(
         remote,
         path,
         Duration::from_secs(60),
@@ -135,7 +159,7 @@ fn a_failing_refresh_shows_in_the_health_handle_until_one_succeeds() {
     let dir = tempfile::tempdir().unwrap();
     let remote = Remote::File { url: closed_url() };
     let path = remote.cache_path(dir.path(), None);
-    let refresh = ModelRefresh::new(
+    let mut refresh = ModelRefresh::new(
         remote,
         path,
         Duration::from_secs(60),
