@@ -11,6 +11,7 @@ mod ebpf;
 mod estimator;
 mod gpu;
 mod kube;
+mod limits;
 mod meters;
 mod print;
 #[cfg(test)]
@@ -112,6 +113,9 @@ pub struct MonitorConfig {
     pub min_terminated_energy_threshold: f64,
     /// How long ended workloads stay exported (kepler-rs; upstream drops them after a scrape).
     pub terminated_retention: GoDuration,
+    /// The most power one meter reading (a socket's zone, a sensor, a device) may imply, in
+    /// watts; readings above it are dropped as broken (kepler-rs).
+    pub max_reading_watts: f64,
 }
 
 impl Default for MonitorConfig {
@@ -122,6 +126,7 @@ impl Default for MonitorConfig {
             max_terminated: 500,
             min_terminated_energy_threshold: 10.0,
             terminated_retention: GoDuration(Duration::from_secs(300)),
+            max_reading_watts: kepler_core::plausible::DEFAULT_MAX_READING_POWER.0,
         }
     }
 }
@@ -451,7 +456,7 @@ impl Config {
                 "must be builtin or a model file path".into(),
             ));
         }
-        Ok(())
+        self.check_limits()
     }
 
     /// Upstream keys this agent accepts but does not act on yet, when the file turns them on;
