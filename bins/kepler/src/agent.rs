@@ -89,7 +89,11 @@ pub fn run(config: Config) -> Result<()> {
     if source.counts_from_start() {
         attributor = attributor.counting_from_source_start();
     }
+    let limits = config
+        .energy_limits()
+        .map_err(|m| anyhow::anyhow!("monitor.maxReadingWatts: {m}"))?;
     let sampler = Sampler::new(source, meters, attributor, &health)
+        .with_limits(limits)
         .with_features(config.ebpf.export_features);
     start_background(&mut service, &background, &health)?;
 
@@ -280,12 +284,20 @@ fn sample_loop(mut ticker: Ticker, schedule: Schedule, stop: StopSignal) {
             loop {
                 ticker.tick();
                 // Fixed-rate schedule; after a stall, restart from now instead of catching up.
-                next += interval;
+                // Config caps the interval, but an instant past the clock's range must still
+                // not panic: waiting from now is then the same schedule.
                 let now = Instant::now();
-                if next < now {
-                    next = now + interval;
-                }
-                if stop.wait(next - now) {
+                let wait = match next.checked_add(interval) {
+                    Some(n) if n >= now => {
+                        next = n;
+                        n - now
+                    }
+                    _ => {
+                        next = now.checked_add(interval).unwrap_or(now);
+                        interval
+                    }
+                };
+                if stop.wait(wait) {
                     return;
                 }
             }

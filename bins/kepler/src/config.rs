@@ -23,6 +23,7 @@ use std::time::Duration;
 
 use kepler_core::PowerDomain;
 use kepler_exporters::MetricsLevel;
+use kepler_sources::bounded::{self, read_to_string_limited, BoundedReadError};
 use serde::Deserialize;
 
 pub use self::attribution::{AttributionSection, IdlePolicyName};
@@ -59,6 +60,9 @@ pub enum ConfigError {
     },
     #[error("config: `{key}`: {message}")]
     Value { key: String, message: String },
+    /// Too large, or not text: not a config file.
+    #[error("config file: {0}")]
+    Unreadable(#[from] BoundedReadError),
 }
 
 #[derive(Clone, Debug, Default, Deserialize, PartialEq)]
@@ -271,10 +275,14 @@ impl Config {
     pub fn load(file: Option<&Path>, overrides: &Overrides) -> Result<Loaded, ConfigError> {
         let mut loaded = match file {
             Some(path) => {
-                let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
-                    path: path.to_path_buf(),
-                    source,
-                })?;
+                let text =
+                    read_to_string_limited(path, bounded::limits::CONFIG).map_err(|e| match e {
+                        BoundedReadError::Io { source, .. } => ConfigError::Read {
+                            path: path.to_path_buf(),
+                            source,
+                        },
+                        other => ConfigError::Unreadable(other),
+                    })?;
                 Config::from_yaml(&text, path)?
             }
             None => Loaded {

@@ -21,8 +21,9 @@ pub mod limits {
     pub const CMDLINE: usize = 64 << 10;
     /// A model file (weights as JSON, an archive).
     pub const MODEL: u64 = 256 << 20;
-    /// A CSV of feature rows given to `kepler-model-server predict`.
-    pub const PREDICT_INPUT: u64 = 256 << 20;
+    /// One line of a CSV of feature rows given to `kepler-model-server predict` (a row is
+    /// tens of numbers); the stream as a whole is parsed as it comes and may be long.
+    pub const CSV_LINE: u64 = 1 << 20;
 }
 
 /// Why a bounded read failed.
@@ -112,6 +113,42 @@ impl<R: Read> Read for LimitedReader<R> {
     }
 }
 
+/// A reader that fails with [`io::ErrorKind::FileTooLarge`] when a line grows beyond `limit`
+/// bytes, for line-based streams of any length (CSV) whose parser buffers one line.
+pub struct LineLimitedReader<R> {
+    inner: R,
+    line: u64,
+    limit: u64,
+}
+
+impl<R: Read> LineLimitedReader<R> {
+    pub fn new(inner: R, limit: u64) -> Self {
+        LineLimitedReader {
+            inner,
+            line: 0,
+            limit,
+        }
+    }
+}
+
+impl<R: Read> Read for LineLimitedReader<R> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        let n = self.inner.read(buf)?;
+        let data = buf.get(..n).unwrap_or_default();
+        self.line = match data.iter().rposition(|&b| b == b'\n') {
+            Some(last) => (n - last - 1) as u64,
+            None => self.line.saturating_add(n as u64),
+        };
+        if self.line > self.limit {
+            return Err(io::Error::new(
+                io::ErrorKind::FileTooLarge,
+                format!("a line longer than {} bytes", self.limit),
+            ));
+        }
+        Ok(n)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -136,6 +173,21 @@ mod tests {
             read_to_string_limited(&p, 5),
             Err(BoundedReadError::NotText { .. })
         ));
+    }
+
+    #[test]
+    fn long_streams_pass_but_endless_lines_fail() {
+        let ok = "a,b\n1,2\n".repeat(10_000);
+        let mut out = Vec::new();
+        LineLimitedReader::new(ok.as_bytes(), 8)
+            .read_to_end(&mut out)
+            .unwrap();
+        assert_eq!(out.len(), ok.len());
+        let zero = File::open("/dev/zero").unwrap();
+        let err = LineLimitedReader::new(zero, 1 << 16)
+            .read_to_end(&mut Vec::new())
+            .unwrap_err();
+        assert_eq!(err.kind(), io::ErrorKind::FileTooLarge);
     }
 
     #[test]

@@ -189,7 +189,10 @@ impl ProcfsReader {
     /// Reads the start of `self.path` (a `cmdline`, which a process can make endless): `None`
     /// when the process vanished, empty content on other errors.
     fn read_cmdline(&mut self) -> Option<&[u8]> {
-        if let Err(e) = self.buf.read_prefix(&self.path, crate::bounded::limits::CMDLINE) {
+        if let Err(e) = self
+            .buf
+            .read_prefix(&self.path, crate::bounded::limits::CMDLINE)
+        {
             if is_vanished(&e) {
                 return None;
             }
