@@ -111,6 +111,7 @@ pub fn run(config: Config) -> Result<()> {
         })
         .collect();
     let ticker = Ticker {
+        state: state.clone(),
         sampler,
         outputs,
         ebpf_stats,
@@ -129,7 +130,12 @@ pub fn run(config: Config) -> Result<()> {
             state.set_refresh(refresh.clone());
             Schedule::OnScrape(refresh.clone())
         }
-        None => Schedule::Every(config.monitor.interval.0),
+        None => {
+            state
+                .liveness()
+                .watch(stall_limit(config.monitor.interval.0));
+            Schedule::Every(config.monitor.interval.0)
+        }
     };
     service
         .spawn("kepler-sampler", move |stop| {
@@ -238,6 +244,7 @@ fn attribution_config(config: &Config) -> AttributionConfig {
 
 /// The sampling thread's state: one tick computes, publishes and counts.
 struct Ticker {
+    state: Arc<AgentState>,
     sampler: Sampler,
     outputs: Vec<(Box<dyn Output>, Arc<ComponentHealth>)>,
     ebpf_stats: Option<Arc<kepler_ebpf::EbpfStats>>,
@@ -268,8 +275,17 @@ impl Ticker {
             }
             Err(e) => warn!(error = %e, "tick failed; keeping the previous snapshot"),
         }
+        self.state.liveness().beat();
     }
 }
+
+/// How long the sampling thread may go without completing a tick before `/healthz` says it
+/// is stuck: several intervals, and never less than a slow first scan of a big host takes.
+fn stall_limit(interval: Duration) -> Duration {
+    interval.saturating_mul(4).max(STALL_FLOOR)
+}
+
+const STALL_FLOOR: Duration = Duration::from_secs(10);
 
 /// When ticks happen: on a fixed interval, or when a scrape finds the snapshot stale.
 enum Schedule {

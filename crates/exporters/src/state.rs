@@ -39,6 +39,7 @@ pub struct AgentState {
     buffers: Arc<BufferPool>,
     /// Set when ticks happen on demand (`monitor.interval: 0`).
     refresh: OnceLock<Arc<RefreshOnScrape>>,
+    liveness: crate::liveness::Liveness,
 }
 
 impl AgentState {
@@ -49,7 +50,13 @@ impl AgentState {
             readiness: ArcSwap::from_pointee(Readiness::Ready),
             buffers: Arc::new(BufferPool::default()),
             refresh: OnceLock::new(),
+            liveness: crate::liveness::Liveness::default(),
         }
+    }
+
+    /// Whether the sampling thread still completes ticks, for `/healthz`.
+    pub fn liveness(&self) -> &crate::liveness::Liveness {
+        &self.liveness
     }
 
     /// Makes scrapes ask for a tick when the snapshot is stale (`monitor.interval: 0`); set

@@ -2,7 +2,6 @@
 //! allocating on every tick, and ordering kernel object names the way people number them.
 
 use std::cmp::Ordering;
-use std::fs::File;
 use std::io::{self, Read};
 use std::path::Path;
 
@@ -55,8 +54,13 @@ impl From<AttrError> for ReadError {
 /// the cost (one open per zone per tick) is negligible next to the tick interval.
 pub(crate) fn read_into(path: &Path, buf: &mut String) -> Result<(), AttrError> {
     buf.clear();
-    File::open(path)
-        .and_then(|mut f| f.read_to_string(buf))
+    // Non-blocking and bounded: a FIFO or an endless file in place of an attribute must
+    // neither hang the sampler nor fill memory.
+    kepler_sources::bounded::open_nonblocking(path)
+        .and_then(|f| {
+            f.take(kepler_sources::bounded::limits::PROC_FILE as u64)
+                .read_to_string(buf)
+        })
         .map(|_| ())
         .map_err(|source| AttrError::Io {
             path: path.display().to_string(),
