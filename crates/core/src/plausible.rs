@@ -79,11 +79,16 @@ impl EnergyLimits {
 /// little energy of one interval; a counter that stepped back by a few joules, or was reset
 /// to 0 from low in its range, would instead add most of the range at once. A delta above
 /// three quarters of the range is taken for the latter; a sampler that truly missed that much
-/// of a wrap cannot tell how many wraps it missed either.
+/// of a wrap cannot tell how many wraps it missed either. Ranges under 1 kJ (simulations that
+/// wrap every few seconds) are left to the power ceiling: there a late tick legitimately
+/// spans most of the range.
 pub fn plausible_wrap(previous: u64, current: u64, max: u64) -> Option<u64> {
     let delta = (max - previous).checked_add(current)?.checked_add(1)?;
-    (delta <= max - max / 4).then_some(delta)
+    (max < SMALL_RANGE || delta <= max - max / 4).then_some(delta)
 }
+
+/// 1 kJ in µJ; real RAPL ranges are hundreds of kJ.
+const SMALL_RANGE: u64 = 1_000_000_000;
 
 #[cfg(test)]
 mod tests {
