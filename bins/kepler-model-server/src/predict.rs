@@ -13,6 +13,7 @@ use anyhow::{bail, Context, Result};
 use kepler_models::builtin::BuiltinFamily;
 use kepler_models::features::feature_aliases;
 use kepler_models::Feature;
+use kepler_sources::bounded::{limits, LineLimitedReader};
 
 use crate::model_source::{self, BuiltinModels, ModelSource};
 
@@ -73,6 +74,9 @@ fn open_input(path: &Path) -> Result<csv::Reader<Box<dyn std::io::Read>>> {
                 .with_context(|| format!("opening input {}", path.display()))?,
         )
     };
+    // The CSV parser holds one row in memory: an endless row (`/dev/zero`) must end in an
+    // error, not in gigabytes.
+    let reader = Box::new(LineLimitedReader::new(reader, limits::CSV_LINE));
     Ok(csv::ReaderBuilder::new()
         .trim(csv::Trim::All)
         .from_reader(reader))

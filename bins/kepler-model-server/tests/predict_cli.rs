@@ -265,3 +265,35 @@ fn builtin_without_a_spec_uses_this_machine() {
     assert!(err.contains("built-in model:"), "{err}");
     assert_eq!(rows(&out)[0], ["package", "dram"]);
 }
+
+#[test]
+fn an_endless_input_ends_in_an_error_not_in_gigabytes() {
+    let m = model("BPFOnly/SGDRegressorTrainer_0.json");
+    let mut child = bin()
+        .args([
+            "predict",
+            "--model",
+            m.to_str().unwrap_or_default(),
+            "--input",
+            "/dev/zero",
+        ])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("run kepler-model-server");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    let status = loop {
+        if let Some(status) = child.try_wait().expect("wait") {
+            break status;
+        }
+        if std::time::Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("predict kept reading /dev/zero");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    };
+    let out = child.wait_with_output().expect("stderr");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!status.success());
+    assert!(stderr.contains("longer than"), "{stderr}");
+}

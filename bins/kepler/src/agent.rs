@@ -100,7 +100,11 @@ pub fn run(config: Config) -> Result<()> {
     if source.counts_from_start() {
         attributor = attributor.counting_from_source_start();
     }
+    let limits = config
+        .energy_limits()
+        .map_err(|m| anyhow::anyhow!("monitor.maxReadingWatts: {m}"))?;
     let sampler = Sampler::new(source, meters, attributor, &health)
+        .with_limits(limits)
         .with_features(config.ebpf.export_features);
     start_background(&mut service, &background, &health)?;
 
@@ -118,6 +122,7 @@ pub fn run(config: Config) -> Result<()> {
         })
         .collect();
     let ticker = Ticker {
+        state: state.clone(),
         sampler,
         outputs,
         ebpf_stats,
@@ -136,7 +141,12 @@ pub fn run(config: Config) -> Result<()> {
             state.set_refresh(refresh.clone());
             Schedule::OnScrape(refresh.clone())
         }
-        None => Schedule::Every(config.monitor.interval.0),
+        None => {
+            state
+                .liveness()
+                .watch(stall_limit(config.monitor.interval.0));
+            Schedule::Every(config.monitor.interval.0)
+        }
     };
     service
         .spawn("kepler-sampler", move |stop| {
@@ -248,6 +258,7 @@ fn attribution_config(config: &Config) -> AttributionConfig {
 
 /// The sampling thread's state: one tick computes, publishes and counts.
 struct Ticker {
+    state: Arc<AgentState>,
     sampler: Sampler,
     outputs: Vec<(Box<dyn Output>, Arc<ComponentHealth>)>,
     ebpf_stats: Option<Arc<kepler_ebpf::EbpfStats>>,
@@ -278,8 +289,17 @@ impl Ticker {
             }
             Err(e) => warn!(error = %e, "tick failed; keeping the previous snapshot"),
         }
+        self.state.liveness().beat();
     }
 }
+
+/// How long the sampling thread may go without completing a tick before `/healthz` says it
+/// is stuck: several intervals, and never less than a slow first scan of a big host takes.
+fn stall_limit(interval: Duration) -> Duration {
+    interval.saturating_mul(4).max(STALL_FLOOR)
+}
+
+const STALL_FLOOR: Duration = Duration::from_secs(10);
 
 /// When ticks happen: on a fixed interval, or when a scrape finds the snapshot stale.
 enum Schedule {
@@ -294,12 +314,20 @@ fn sample_loop(mut ticker: Ticker, schedule: Schedule, stop: StopSignal) {
             loop {
                 ticker.tick();
                 // Fixed-rate schedule; after a stall, restart from now instead of catching up.
-                next += interval;
+                // Config caps the interval, but an instant past the clock's range must still
+                // not panic: waiting from now is then the same schedule.
                 let now = Instant::now();
-                if next < now {
-                    next = now + interval;
-                }
-                if stop.wait(next - now) {
+                let wait = match next.checked_add(interval) {
+                    Some(n) if n >= now => {
+                        next = n;
+                        n - now
+                    }
+                    _ => {
+                        next = now.checked_add(interval).unwrap_or(now);
+                        interval
+                    }
+                };
+                if stop.wait(wait) {
                     return;
                 }
             }

@@ -11,6 +11,7 @@ mod ebpf;
 mod estimator;
 mod gpu;
 mod kube;
+mod limits;
 mod meters;
 mod print;
 #[cfg(test)]
@@ -22,6 +23,7 @@ use std::time::Duration;
 
 use kepler_core::PowerDomain;
 use kepler_exporters::MetricsLevel;
+use kepler_sources::bounded::{self, read_to_string_limited, BoundedReadError};
 use serde::Deserialize;
 
 pub use self::attribution::{AttributionSection, IdlePolicyName};
@@ -58,6 +60,9 @@ pub enum ConfigError {
     },
     #[error("config: `{key}`: {message}")]
     Value { key: String, message: String },
+    /// Too large, or not text: not a config file.
+    #[error("config file: {0}")]
+    Unreadable(#[from] BoundedReadError),
 }
 
 #[derive(Clone, Debug, Default, Deserialize, PartialEq)]
@@ -112,6 +117,9 @@ pub struct MonitorConfig {
     pub min_terminated_energy_threshold: f64,
     /// How long ended workloads stay exported (kepler-rs; upstream drops them after a scrape).
     pub terminated_retention: GoDuration,
+    /// The most power one meter reading (a socket's zone, a sensor, a device) may imply, in
+    /// watts; readings above it are dropped as broken (kepler-rs).
+    pub max_reading_watts: f64,
 }
 
 impl Default for MonitorConfig {
@@ -122,6 +130,7 @@ impl Default for MonitorConfig {
             max_terminated: 500,
             min_terminated_energy_threshold: 10.0,
             terminated_retention: GoDuration(Duration::from_secs(300)),
+            max_reading_watts: kepler_core::plausible::DEFAULT_MAX_READING_POWER.0,
         }
     }
 }
@@ -266,10 +275,14 @@ impl Config {
     pub fn load(file: Option<&Path>, overrides: &Overrides) -> Result<Loaded, ConfigError> {
         let mut loaded = match file {
             Some(path) => {
-                let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
-                    path: path.to_path_buf(),
-                    source,
-                })?;
+                let text =
+                    read_to_string_limited(path, bounded::limits::CONFIG).map_err(|e| match e {
+                        BoundedReadError::Io { source, .. } => ConfigError::Read {
+                            path: path.to_path_buf(),
+                            source,
+                        },
+                        other => ConfigError::Unreadable(other),
+                    })?;
                 Config::from_yaml(&text, path)?
             }
             None => Loaded {
@@ -454,7 +467,7 @@ impl Config {
                 "must be builtin or a model file path".into(),
             ));
         }
-        Ok(())
+        self.check_limits()
     }
 
     /// Upstream keys this agent accepts but does not act on yet, when the file turns them on;

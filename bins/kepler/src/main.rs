@@ -49,11 +49,19 @@ fn main() -> Result<()> {
         tracing::warn!(key, "config key not implemented in this version; ignored");
     }
     match cli.command {
-        Some(Command::Probe) => {
-            print!("{}", kepler_agent::probe::report(&loaded.config));
-            Ok(())
-        }
+        Some(Command::Probe) => print_report(&kepler_agent::probe::report(&loaded.config)),
         None => kepler_agent::agent::run(loaded.config),
+    }
+}
+
+/// Writes the probe report to stdout. A reader that went away (`kepler probe | true`) has
+/// nothing left to be told: that is a clean exit, not a panic as `print!` would make it.
+fn print_report(report: &str) -> Result<()> {
+    use std::io::Write;
+    let mut out = std::io::stdout().lock();
+    match out.write_all(report.as_bytes()).and_then(|()| out.flush()) {
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
+        other => anyhow::Context::context(other, "writing the probe report"),
     }
 }
 

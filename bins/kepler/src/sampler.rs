@@ -7,9 +7,9 @@ use std::time::{Duration, Instant};
 
 use kepler_core::features::{features, node_features, FeatureRates, Features};
 use kepler_core::{
-    zone_energies, Attributor, ComponentHealth, ComponentKind, EnergySnapshot, Health, MeterInput,
-    PlatformPower, PowerMeter, PowerSnapshot, Tick, UsageSnapshot, UsageSource, ZoneEnergy,
-    ZoneMeta, ZoneReading,
+    zone_energies_within, Attributor, ComponentHealth, ComponentKind, EnergyLimits, EnergySnapshot,
+    Health, MeterInput, PlatformPower, PowerMeter, PowerSnapshot, Tick, UsageSnapshot, UsageSource,
+    ZoneEnergy, ZoneMeta, ZoneReading,
 };
 use tracing::{debug, warn};
 
@@ -37,6 +37,8 @@ pub struct Sampler {
     had_energy: bool,
     /// Attach the interval's model features to each snapshot (`ebpf.exportFeatures`).
     export_features: bool,
+    /// What a reading may imply before it is believed (`monitor.maxReadingWatts`).
+    limits: EnergyLimits,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -77,6 +79,7 @@ impl Sampler {
             previous_usage: None,
             had_energy: false,
             export_features: false,
+            limits: EnergyLimits::default(),
         }
     }
 
@@ -89,6 +92,12 @@ impl Sampler {
     /// True once a tick has turned meter readings into energy (the agent is then ready).
     pub fn had_energy(&self) -> bool {
         self.had_energy
+    }
+
+    /// Replaces the default bounds on meter readings.
+    pub fn with_limits(mut self, limits: EnergyLimits) -> Self {
+        self.limits = limits;
+        self
     }
 
     pub fn with_features(mut self, export: bool) -> Self {
@@ -120,7 +129,14 @@ impl Sampler {
         let mut platform = Vec::new();
         let mut interval = None;
         for slot in &mut self.meters {
-            let read = read_meter(slot, node, &self.clock, &mut energies, &mut platform);
+            let read = read_meter(
+                slot,
+                node,
+                &self.clock,
+                &self.limits,
+                &mut energies,
+                &mut platform,
+            );
             if let Some(meter_interval) = read {
                 // The first domain with a delta (the CPU's, listed first) times the tick.
                 interval.get_or_insert(meter_interval);
@@ -171,6 +187,7 @@ fn read_meter(
     slot: &mut MeterSlot,
     features: Option<&FeatureRates>,
     clock: &Clock,
+    limits: &EnergyLimits,
     energies: &mut Vec<ZoneEnergy>,
     platform: &mut Vec<PlatformPower>,
 ) -> Option<Duration> {
@@ -203,7 +220,7 @@ fn read_meter(
     }
     let current = EnergySnapshot { at, readings };
     let interval = slot.previous.as_ref().map(|previous| {
-        let (zones, issues) = zone_energies(previous, &current, &slot.meta);
+        let (zones, issues) = zone_energies_within(previous, &current, &slot.meta, limits);
         for issue in issues {
             slot.health.count_error();
             warn!(meter = name, %issue, "energy sample dropped");

@@ -5,6 +5,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::domain::{DeviceInfo, ZoneMeta};
+use crate::plausible::{plausible_wrap, EnergyLimits};
 use crate::units::{MicroJoules, Watts};
 
 /// One reading of one meter zone (one socket's package, one hwmon sensor, ...).
@@ -118,7 +119,7 @@ pub struct ZoneEnergy {
 }
 
 /// Why a zone has no energy for an interval.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq)]
 pub enum DeltaIssue {
     /// The counter went down and its wrap point is unknown: the sample is dropped.
     CounterDecreased {
@@ -134,6 +135,22 @@ pub enum DeltaIssue {
     },
     /// The reading has no counterpart in the previous snapshot (new zone): no delta yet.
     NoPrevious { path: Arc<str> },
+    /// The counter went down with a known wrap point, but by far too little to have wrapped:
+    /// it stepped back or was reset.
+    CounterSteppedBack {
+        path: Arc<str>,
+        previous: u64,
+        current: u64,
+    },
+    /// The reading implies more power than the zone can draw (its ceiling): a broken value.
+    Implausible {
+        path: Arc<str>,
+        watts: f64,
+        limit: f64,
+    },
+    /// A reading of the previous snapshot is missing from this one (its file failed): the
+    /// zone it belongs to is left out, since the other readings alone would be a partial sum.
+    ReadingMissing { zone: Arc<str>, path: Arc<str> },
     /// Several readings share a zone name and at least one carries its own process shares:
     /// one split cannot honour each reading's shares, so the zone is dropped. Meters that
     /// supply shares name each reading's zone apart.
@@ -156,6 +173,22 @@ impl std::fmt::Display for DeltaIssue {
                 "energy counter {path} reads {counter} µJ above its wrap point {max} µJ; sample dropped"
             ),
             DeltaIssue::NoPrevious { path } => write!(f, "zone {path} appeared; no delta yet"),
+            DeltaIssue::CounterSteppedBack {
+                path,
+                previous,
+                current,
+            } => write!(
+                f,
+                "energy counter {path} stepped back ({previous} -> {current} µJ), too little for a wrap; sample dropped"
+            ),
+            DeltaIssue::Implausible { path, watts, limit } => write!(
+                f,
+                "reading of {path} implies {watts:.3e} W, above the {limit} W this zone can draw; sample dropped"
+            ),
+            DeltaIssue::ReadingMissing { zone, path } => write!(
+                f,
+                "reading {path} of zone {zone} is missing; zone left out of this interval"
+            ),
             DeltaIssue::SharesNotSummable { zone } => write!(
                 f,
                 "zone {zone} has several readings with their own process shares; sample dropped"
@@ -185,7 +218,13 @@ pub fn counter_delta(
     }
     match max {
         // The counter counts 0..=max and then restarts at 0.
-        Some(max) if max.0 > 0 => Ok(MicroJoules(max.0 - previous.0 + current.0 + 1)),
+        Some(max) if max.0 > 0 => plausible_wrap(previous.0, current.0, max.0)
+            .map(MicroJoules)
+            .ok_or_else(|| DeltaIssue::CounterSteppedBack {
+                path: path.clone(),
+                previous: previous.0,
+                current: current.0,
+            }),
         _ => Err(DeltaIssue::CounterDecreased {
             path: path.clone(),
             previous: previous.0,
@@ -203,14 +242,53 @@ struct ZoneSum {
     device: Option<Arc<DeviceInfo>>,
 }
 
-/// The energy of each zone between two snapshots of the same meter. Readings sharing a zone
-/// name are summed; if any of them cannot give a delta, the whole zone is left out for this
-/// interval (a partial sum would be a wrong number) and the issue is returned. Every zone
-/// carries `meta`, the facts of the meter that read both snapshots.
+/// [`zone_energies_within`] the default [`EnergyLimits`].
 pub fn zone_energies(
     previous: &EnergySnapshot,
     current: &EnergySnapshot,
     meta: &Arc<ZoneMeta>,
+) -> (Vec<ZoneEnergy>, Vec<DeltaIssue>) {
+    zone_energies_within(previous, current, meta, &EnergyLimits::default())
+}
+
+/// The delta of one reading, if it is one the hardware can have produced.
+fn reading_delta(
+    reading: &ZoneReading,
+    before: Option<&&ZoneSample>,
+    interval: std::time::Duration,
+    limits: &EnergyLimits,
+) -> Result<MicroJoules, DeltaIssue> {
+    let implausible = |watts: Watts| DeltaIssue::Implausible {
+        path: reading.path.clone(),
+        watts: watts.0,
+        limit: limits.max_power.0,
+    };
+    match (reading.sample, before) {
+        (ZoneSample::Energy { counter, max }, Some(ZoneSample::Energy { counter: prev, .. })) => {
+            let delta = counter_delta(&reading.path, *prev, counter, max)?;
+            limits.check_energy(delta, interval).map_err(implausible)?;
+            Ok(delta)
+        }
+        (ZoneSample::Power(w), Some(_)) => {
+            limits.check_power(w).map_err(implausible)?;
+            Ok(w.during(interval))
+        }
+        (_, _) => Err(DeltaIssue::NoPrevious {
+            path: reading.path.clone(),
+        }),
+    }
+}
+
+/// The energy of each zone between two snapshots of the same meter. Readings sharing a zone
+/// name are summed; if any of them cannot give a delta, is implausible under `limits`, or is
+/// missing from `current`, the whole zone is left out for this interval (a partial sum would
+/// be a wrong number) and the issue is returned; other zones are unaffected. Every zone
+/// carries `meta`, the facts of the meter that read both snapshots.
+pub fn zone_energies_within(
+    previous: &EnergySnapshot,
+    current: &EnergySnapshot,
+    meta: &Arc<ZoneMeta>,
+    limits: &EnergyLimits,
 ) -> (Vec<ZoneEnergy>, Vec<DeltaIssue>) {
     let interval = current.at.saturating_sub(previous.at);
     let before: HashMap<&str, &ZoneSample> = previous
@@ -218,27 +296,30 @@ pub fn zone_energies(
         .iter()
         .map(|r| (&*r.path, &r.sample))
         .collect();
+    let now: std::collections::HashSet<&str> = current.readings.iter().map(|r| &*r.path).collect();
+    let mut missing: HashMap<&str, Arc<str>> = HashMap::new();
+    let mut issues = Vec::new();
+    for gone in previous.readings.iter().filter(|r| !now.contains(&*r.path)) {
+        missing
+            .entry(&*gone.zone)
+            .or_insert_with(|| gone.path.clone());
+        issues.push(DeltaIssue::ReadingMissing {
+            zone: gone.zone.clone(),
+            path: gone.path.clone(),
+        });
+    }
 
     // Zone order follows first appearance in the current snapshot, so output is stable.
     let mut order: Vec<Arc<str>> = Vec::new();
     let mut sums: HashMap<Arc<str>, ZoneSum> = HashMap::new();
-    let mut issues = Vec::new();
 
     for reading in &current.readings {
-        let delta = match (reading.sample, before.get(&*reading.path)) {
-            (
-                ZoneSample::Energy { counter, max },
-                Some(ZoneSample::Energy { counter: prev, .. }),
-            ) => counter_delta(&reading.path, *prev, counter, max),
-            (ZoneSample::Power(w), Some(_)) => Ok(w.during(interval)),
-            (_, _) => Err(DeltaIssue::NoPrevious {
-                path: reading.path.clone(),
-            }),
-        };
+        let delta = reading_delta(reading, before.get(&*reading.path), interval, limits);
         let entry = sums.entry(reading.zone.clone()).or_insert_with(|| {
             order.push(reading.zone.clone());
             ZoneSum {
-                energy: Some(MicroJoules::ZERO),
+                // A zone with a reading gone has no whole sum this interval.
+                energy: (!missing.contains_key(&*reading.zone)).then_some(MicroJoules::ZERO),
                 paths: Vec::new(),
                 shares: None,
                 idle: None,
@@ -300,128 +381,5 @@ pub fn zone_energies(
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn energy(zone: &str, path: &str, counter: u64, max: Option<u64>) -> ZoneReading {
-        ZoneReading::energy(
-            zone.into(),
-            path.into(),
-            MicroJoules(counter),
-            max.map(MicroJoules),
-        )
-    }
-
-    fn meta() -> Arc<ZoneMeta> {
-        Arc::new(ZoneMeta::measured("test"))
-    }
-
-    fn snap(at_secs: u64, readings: Vec<ZoneReading>) -> EnergySnapshot {
-        EnergySnapshot {
-            at: Duration::from_secs(at_secs),
-            readings,
-        }
-    }
-
-    #[test]
-    fn wraps_once_at_the_known_maximum() {
-        let p: Arc<str> = "p".into();
-        let d =
-            counter_delta(&p, MicroJoules(990), MicroJoules(9), Some(MicroJoules(999))).unwrap();
-        // 990 -> 999 is 9, 999 -> 0 is 1, 0 -> 9 is 9.
-        assert_eq!(d, MicroJoules(19));
-    }
-
-    #[test]
-    fn decrease_without_max_is_dropped() {
-        let p: Arc<str> = "p".into();
-        assert!(matches!(
-            counter_delta(&p, MicroJoules(10), MicroJoules(5), None),
-            Err(DeltaIssue::CounterDecreased { .. })
-        ));
-    }
-
-    #[test]
-    fn sockets_are_summed_under_an_aggregated_path() {
-        let a = snap(
-            0,
-            vec![
-                energy("package", "/a", 100, Some(1000)),
-                energy("package", "/b", 200, Some(1000)),
-                energy("dram", "/c", 5, None),
-            ],
-        );
-        let b = snap(
-            1,
-            vec![
-                energy("package", "/a", 150, Some(1000)),
-                energy("package", "/b", 100, Some(1000)),
-                energy("dram", "/c", 7, None),
-            ],
-        );
-        let (zones, issues) = zone_energies(&a, &b, &meta());
-        assert!(issues.is_empty());
-        assert_eq!(zones.len(), 2);
-        assert_eq!(&*zones[0].zone, "package");
-        assert_eq!(&*zones[0].path, "aggregated-package");
-        assert_eq!(zones[0].energy, MicroJoules(50 + (1000 - 200 + 100 + 1)));
-        assert_eq!(&*zones[1].path, "/c");
-        assert_eq!(zones[1].energy, MicroJoules(2));
-    }
-
-    #[test]
-    fn one_bad_socket_drops_its_zone_only() {
-        let a = snap(
-            0,
-            vec![
-                energy("package", "/a", 100, None),
-                energy("package", "/b", 200, None),
-                energy("dram", "/c", 5, None),
-            ],
-        );
-        let b = snap(
-            1,
-            vec![
-                energy("package", "/a", 150, None),
-                energy("package", "/b", 100, None),
-                energy("dram", "/c", 9, None),
-            ],
-        );
-        let (zones, issues) = zone_energies(&a, &b, &meta());
-        assert_eq!(issues.len(), 1);
-        assert_eq!(zones.len(), 1);
-        assert_eq!(&*zones[0].zone, "dram");
-    }
-
-    #[test]
-    fn power_readings_integrate_over_the_interval() {
-        let p = |w| ZoneReading::power("platform".into(), "/hwmon0".into(), Watts(w));
-        let (zones, _) =
-            zone_energies(&snap(10, vec![p(50.0)]), &snap(12, vec![p(100.0)]), &meta());
-        assert_eq!(zones[0].energy, MicroJoules(200_000_000));
-        assert_eq!(zones[0].weights, ZoneWeights::CpuTime);
-    }
-
-    #[test]
-    fn shares_travel_with_a_single_reading_and_refuse_to_be_summed() {
-        let shares: ProcessShares = Arc::from(vec![ProcessShare { pid: 7, weight: 3 }]);
-        let gpu = |path: &str, w: f64| ZoneReading {
-            shares: Some(shares.clone()),
-            idle: Some(Watts(0.25)),
-            ..ZoneReading::power("gpu0".into(), path.into(), Watts(w))
-        };
-        let (zones, issues) = zone_energies(
-            &snap(0, vec![gpu("/a", 1.0)]),
-            &snap(1, vec![gpu("/a", 1.0)]),
-            &meta(),
-        );
-        assert!(issues.is_empty());
-        assert_eq!(zones[0].weights, ZoneWeights::Shares(shares.clone()));
-        // The device's idle power, over the 1 s interval.
-        assert_eq!(zones[0].idle, Some(MicroJoules(250_000)));
-        let two = |at| snap(at, vec![gpu("/a", 1.0), gpu("/b", 2.0)]);
-        let (zones, issues) = zone_energies(&two(0), &two(1), &meta());
-        assert!(zones.is_empty());
-        assert!(matches!(issues[..], [DeltaIssue::SharesNotSummable { .. }]));
-    }
-}
+#[path = "energy_tests.rs"]
+mod tests;

@@ -13,6 +13,7 @@ pub mod features;
 pub mod health;
 pub mod lifecycle;
 pub mod platform;
+pub mod plausible;
 pub mod snapshot;
 pub mod source;
 pub mod split;
@@ -24,13 +25,14 @@ pub use attribution::{AttributionConfig, Attributor, IdlePolicy, TerminatedPolic
 pub use catalogue::{Catalogue, CatalogueView, ContainerNames, NameSource, PodNames};
 pub use domain::{DeviceInfo, ExpectedError, PowerDomain, ZoneMeta};
 pub use energy::{
-    zone_energies, DeltaIssue, EnergySnapshot, ProcessShare, ProcessShares, ZoneEnergy,
-    ZoneReading, ZoneSample, ZoneWeights,
+    zone_energies, zone_energies_within, DeltaIssue, EnergySnapshot, ProcessShare, ProcessShares,
+    ZoneEnergy, ZoneReading, ZoneSample, ZoneWeights,
 };
 pub use features::Feature;
 pub use health::{ComponentHealth, ComponentKind, Health};
 pub use lifecycle::{Background, BackgroundTask, StopSignal};
 pub use platform::{PlatformLabels, PlatformPower};
+pub use plausible::EnergyLimits;
 pub use snapshot::{
     ContainerPower, IdlePolicyState, NodeZone, PodPower, PowerSnapshot, ProcessPower, VmPower,
     WorkloadState, ZoneValue, ZoneValues,

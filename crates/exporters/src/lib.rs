@@ -38,6 +38,7 @@ pub mod context;
 pub mod encode;
 mod encode_gpu;
 pub mod level;
+pub mod liveness;
 pub mod on_demand;
 pub mod outputs;
 pub mod registry;

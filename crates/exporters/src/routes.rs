@@ -89,8 +89,11 @@ async fn metrics(State(state): State<Arc<AgentState>>, headers: HeaderMap) -> Re
         .into_response()
 }
 
-async fn healthz() -> &'static str {
-    "ok"
+async fn healthz(State(state): State<Arc<AgentState>>) -> Response {
+    match state.liveness().check() {
+        Ok(()) => "ok".into_response(),
+        Err(reason) => (StatusCode::SERVICE_UNAVAILABLE, reason).into_response(),
+    }
 }
 
 async fn readyz(State(state): State<Arc<AgentState>>) -> Response {

@@ -41,6 +41,7 @@ pub struct AgentState {
     scrapes: ScrapeCache,
     /// Set when ticks happen on demand (`monitor.interval: 0`).
     refresh: OnceLock<Arc<RefreshOnScrape>>,
+    liveness: crate::liveness::Liveness,
 }
 
 impl AgentState {
@@ -52,7 +53,13 @@ impl AgentState {
             buffers: Arc::new(BufferPool::default()),
             scrapes: ScrapeCache::default(),
             refresh: OnceLock::new(),
+            liveness: crate::liveness::Liveness::default(),
         }
+    }
+
+    /// Whether the sampling thread still completes ticks, for `/healthz`.
+    pub fn liveness(&self) -> &crate::liveness::Liveness {
+        &self.liveness
     }
 
     /// Makes scrapes ask for a tick when the snapshot is stale (`monitor.interval: 0`); set

@@ -228,3 +228,27 @@ async fn basic_auth_guards_every_endpoint() {
     }
     srv.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn healthz_fails_while_the_sampler_is_stalled() {
+    let srv = start(None).await;
+    let c = client();
+    let url = format!("http://{}/healthz", srv.addr);
+    srv.state.liveness().watch(Duration::from_millis(100));
+    assert_eq!(c.get(&url).send().await.unwrap().status(), StatusCode::OK);
+    // No tick completes: within a generous deadline the probe must turn to 503.
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let r = c.get(&url).send().await.unwrap();
+        if r.status() == StatusCode::SERVICE_UNAVAILABLE {
+            assert!(r.text().await.unwrap().contains("sampler stalled"));
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "healthz stayed 200");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    srv.state.liveness().beat();
+    assert_eq!(c.get(&url).send().await.unwrap().status(), StatusCode::OK);
+    let probe = format!("http://{}/probe/livez", srv.addr);
+    assert_eq!(c.get(&probe).send().await.unwrap().status(), StatusCode::OK);
+}

@@ -22,7 +22,7 @@ use kepler_core::{
 };
 use tracing::{debug, warn};
 
-use crate::sysfs::{natural_cmp, read_i64, read_text, read_u64, AttrError};
+use crate::sysfs::{natural_cmp, read_i64, read_text, read_u64, AttrError, ZoneFailures};
 
 /// The hwmon meter: CPU-domain sensors (`hwmon`) or the ACPI power meter (`acpi`).
 #[derive(Debug)]
@@ -30,6 +30,7 @@ pub struct HwmonMeter {
     role: Role,
     sensors: Vec<Sensor>,
     buf: String,
+    failures: ZoneFailures,
 }
 
 /// Which chips a meter takes.
@@ -196,7 +197,12 @@ impl HwmonMeter {
                 ))
             });
         }
-        Ok(HwmonMeter { role, sensors, buf })
+        Ok(HwmonMeter {
+            role,
+            failures: ZoneFailures::new(sensors.len()),
+            sensors,
+            buf,
+        })
     }
 }
 
@@ -224,8 +230,12 @@ impl PowerMeter for HwmonMeter {
         _input: &MeterInput<'_>,
         out: &mut Vec<ZoneReading>,
     ) -> Result<(), ReadError> {
-        for s in &self.sensors {
-            let sample = s.sample(&mut self.buf)?;
+        self.failures.begin();
+        for (i, s) in self.sensors.iter().enumerate() {
+            let read = s.sample(&mut self.buf);
+            let Some(sample) = self.failures.note(i, read) else {
+                continue;
+            };
             out.push(ZoneReading {
                 zone: s.zone.clone(),
                 path: s.path.clone(),
@@ -235,7 +245,7 @@ impl PowerMeter for HwmonMeter {
                 device: None,
             });
         }
-        Ok(())
+        self.failures.finish()
     }
 }
 

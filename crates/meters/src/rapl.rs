@@ -14,7 +14,7 @@ use kepler_core::{
 };
 use tracing::{debug, warn};
 
-use crate::sysfs::{natural_cmp, read_text, read_u64, AttrError};
+use crate::sysfs::{natural_cmp, read_text, read_u64, AttrError, ZoneFailures};
 
 const MSR_PREFIX: &str = "intel-rapl:";
 const MMIO_PREFIX: &str = "intel-rapl-mmio:";
@@ -24,6 +24,7 @@ const MMIO_PREFIX: &str = "intel-rapl-mmio:";
 pub struct RaplMeter {
     zones: Vec<RaplZone>,
     buf: String,
+    failures: ZoneFailures,
 }
 
 #[derive(Debug)]
@@ -109,7 +110,11 @@ impl RaplMeter {
                 Unavailable::new(format!("no readable RAPL zone: {}", skipped.join("; ")))
             });
         }
-        Ok(RaplMeter { zones, buf })
+        Ok(RaplMeter {
+            failures: ZoneFailures::new(zones.len()),
+            zones,
+            buf,
+        })
     }
 }
 
@@ -127,8 +132,12 @@ impl PowerMeter for RaplMeter {
         _input: &MeterInput<'_>,
         out: &mut Vec<ZoneReading>,
     ) -> Result<(), ReadError> {
-        for z in &self.zones {
-            let counter = read_u64(&z.energy_file, &mut self.buf)?;
+        self.failures.begin();
+        for (i, z) in self.zones.iter().enumerate() {
+            let read = read_u64(&z.energy_file, &mut self.buf);
+            let Some(counter) = self.failures.note(i, read) else {
+                continue;
+            };
             out.push(ZoneReading {
                 zone: z.zone.clone(),
                 path: z.path.clone(),
@@ -141,7 +150,7 @@ impl PowerMeter for RaplMeter {
                 device: None,
             });
         }
-        Ok(())
+        self.failures.finish()
     }
 }
 

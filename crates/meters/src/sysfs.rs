@@ -2,7 +2,6 @@
 //! allocating on every tick, and ordering kernel object names the way people number them.
 
 use std::cmp::Ordering;
-use std::fs::File;
 use std::io::{self, Read};
 use std::path::Path;
 
@@ -55,8 +54,13 @@ impl From<AttrError> for ReadError {
 /// the cost (one open per zone per tick) is negligible next to the tick interval.
 pub(crate) fn read_into(path: &Path, buf: &mut String) -> Result<(), AttrError> {
     buf.clear();
-    File::open(path)
-        .and_then(|mut f| f.read_to_string(buf))
+    // Non-blocking and bounded: a FIFO or an endless file in place of an attribute must
+    // neither hang the sampler nor fill memory.
+    kepler_sources::bounded::open_nonblocking(path)
+        .and_then(|f| {
+            f.take(kepler_sources::bounded::limits::PROC_FILE as u64)
+                .read_to_string(buf)
+        })
         .map(|_| ())
         .map_err(|source| AttrError::Io {
             path: path.display().to_string(),
@@ -85,6 +89,63 @@ fn parse_trimmed<T: std::str::FromStr>(
         value: text.chars().take(64).collect(),
         expected,
     })
+}
+
+/// Which zones of a meter of several files failed their last read. One failing file (a
+/// socket's `energy_uj` gone or garbled) leaves only its own reading out, and core's
+/// `zone_energies` then drops only that zone for the interval; the meter fails as a whole only
+/// when no file could be read.
+#[derive(Debug, Default)]
+pub(crate) struct ZoneFailures {
+    failing: Vec<bool>,
+    first_error: Option<AttrError>,
+    read: usize,
+}
+
+impl ZoneFailures {
+    pub(crate) fn new(zones: usize) -> Self {
+        ZoneFailures {
+            failing: vec![false; zones],
+            ..Self::default()
+        }
+    }
+
+    /// Starts a read of every zone.
+    pub(crate) fn begin(&mut self) {
+        self.first_error = None;
+        self.read = 0;
+    }
+
+    /// The value of zone `index` if its read worked; a change of state is logged once.
+    pub(crate) fn note<T>(&mut self, index: usize, result: Result<T, AttrError>) -> Option<T> {
+        let failing = self.failing.get_mut(index);
+        match result {
+            Ok(v) => {
+                if let Some(f) = failing.filter(|f| **f) {
+                    *f = false;
+                    tracing::warn!(zone = index, "meter zone readable again");
+                }
+                self.read += 1;
+                Some(v)
+            }
+            Err(e) => {
+                if let Some(f) = failing.filter(|f| !**f) {
+                    *f = true;
+                    tracing::warn!(error = %e, "meter zone unreadable; left out until it recovers, other zones go on");
+                }
+                self.first_error.get_or_insert(e);
+                None
+            }
+        }
+    }
+
+    /// The meter's result: an error only when every zone failed.
+    pub(crate) fn finish(&mut self) -> Result<(), ReadError> {
+        match self.first_error.take() {
+            Some(e) if self.read == 0 => Err(e.into()),
+            _ => Ok(()),
+        }
+    }
 }
 
 /// Reads a short text attribute (`name`, a label), trimmed. Used at start-up only.

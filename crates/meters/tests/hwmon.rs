@@ -167,6 +167,30 @@ fn readings_follow_the_files_and_integrate_in_core() {
 }
 
 #[test]
+fn an_all_ones_power_sensor_is_dropped_not_exported() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut tree = HwmonTree::create(dir.path()).unwrap();
+    let acpi = tree
+        .add_linked_chip(Some("power_meter"), &[("power1_average", "200000000\n")])
+        .unwrap();
+    let mut platform = HwmonMeter::open_platform(dir.path(), &none()).unwrap();
+    let meta = std::sync::Arc::new(platform.meta());
+    let snapshot = |at: u64, meter: &mut HwmonMeter| EnergySnapshot {
+        at: Duration::from_secs(at),
+        readings: read(meter),
+    };
+    let before = snapshot(10, &mut platform);
+    HwmonTree::write(&acpi, "power1_average", &format!("{}\n", u64::MAX)).unwrap();
+    let after = snapshot(11, &mut platform);
+    let (energies, issues) = zone_energies(&before, &after, &meta);
+    assert!(energies.is_empty(), "{energies:?}");
+    assert!(
+        matches!(issues[..], [kepler_core::DeltaIssue::Implausible { .. }]),
+        "{issues:?}"
+    );
+}
+
+#[test]
 fn attributes_in_the_device_directory_are_found() {
     // Older ACPI power meter drivers keep name and attributes under hwmonN/device/.
     let dir = tempfile::tempdir().unwrap();

@@ -14,6 +14,7 @@
 // No unwrap or expect outside tests; set per crate root, see [workspace.lints] in Cargo.toml.
 #![warn(clippy::unwrap_used, clippy::expect_used)]
 
+pub mod bounded;
 pub mod host;
 pub mod procfs;
 

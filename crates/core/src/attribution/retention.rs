@@ -26,7 +26,7 @@ impl Attributor {
     }
 
     pub(super) fn prune(&mut self, now: Duration) {
-        let policy = &self.config.terminated;
+        let policy = self.config.terminated.clone();
         let tick = self.tick;
         let expired = |ended: Option<Duration>| {
             ended.is_some_and(|at| now.saturating_sub(at) > policy.retention)
@@ -56,6 +56,9 @@ impl Attributor {
                 }
             }
         }
+        if let Some(max) = policy.max {
+            self.cap_ended_this_tick(max);
+        }
         if self.processes.len() != before {
             let processes = &self.processes;
             self.latest_by_pid
@@ -70,6 +73,39 @@ impl Attributor {
             cap_ended(&mut self.pods, max, tick);
             cap_ended(&mut self.vms, max, tick);
         }
+    }
+}
+
+impl Attributor {
+    /// The cap above spares processes that took a share of this tick; a burst of exits (a
+    /// thousand a second) would then export thousands of ended series. Beyond the cap, the
+    /// least energetic of them go too, and their part of this tick moves to the zone's
+    /// unattributed energy, so the node's active energy is still fully accounted for.
+    fn cap_ended_this_tick(&mut self, max: usize) {
+        let mut ended: Vec<(u64, ProcessKey)> = self
+            .processes
+            .iter()
+            .filter(|(_, p)| p.workload.ended_at.is_some())
+            .map(|(k, p)| (p.workload.total_energy(), *k))
+            .collect();
+        if ended.len() <= max {
+            return;
+        }
+        ended.sort_unstable_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(&b.1)));
+        let dropped: FastMap<ProcessKey, ()> =
+            ended.iter().skip(max).map(|(_, k)| (*k, ())).collect();
+        for (i, key) in self.keys.iter().enumerate() {
+            if !dropped.contains_key(key) {
+                continue;
+            }
+            for (z, parts) in &self.tick_energy {
+                let part = parts.get(i).copied().unwrap_or(0);
+                if let Some(zone) = self.zones.get_mut(*z) {
+                    zone.unattributed += crate::units::MicroJoules(part);
+                }
+            }
+        }
+        self.processes.retain(|k, _| !dropped.contains_key(k));
     }
 }
 

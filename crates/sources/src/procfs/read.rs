@@ -1,10 +1,11 @@
 //! Reading small procfs files into a reused buffer, with a fixed number of syscalls.
 
-use std::fs::File;
 use std::io::{self, Read};
 use std::path::Path;
 
 use kepler_core::ReadError;
+
+use crate::bounded::{limits, open_nonblocking};
 
 /// A reusable read buffer. Its `Vec` stays at full length so reads need no re-zeroing;
 /// `len` says how much of it the last read filled.
@@ -26,21 +27,45 @@ impl Buffer {
     }
 
     /// Reads the whole file. `std::fs::read` would also `statx` and `lseek` to size the buffer,
-    /// which procfs answers with 0 anyway: two wasted syscalls per file per tick.
+    /// which procfs answers with 0 anyway: two wasted syscalls per file per tick. A file
+    /// larger than [`limits::PROC_FILE`] is an error.
     pub fn read_all(&mut self, path: &Path) -> io::Result<&[u8]> {
-        self.fill(path, false)
+        self.fill(path, false, limits::PROC_FILE, false)
+    }
+
+    /// Reads at most `cap` bytes of the file, the rest left unread (a `cmdline` is kept only
+    /// up to what a label needs).
+    pub fn read_prefix(&mut self, path: &Path, cap: usize) -> io::Result<&[u8]> {
+        self.fill(path, false, cap, true)
     }
 
     /// Reads until the buffer holds a complete first line (or the file ends): `/proc/stat` is
     /// tens of kilobytes on large hosts and only its first line is needed.
     pub fn read_first_line(&mut self, path: &Path) -> io::Result<&[u8]> {
-        self.fill(path, true)
+        self.fill(path, true, limits::PROC_FILE, false)
     }
 
-    fn fill(&mut self, path: &Path, first_line_only: bool) -> io::Result<&[u8]> {
+    fn fill(
+        &mut self,
+        path: &Path,
+        first_line_only: bool,
+        cap: usize,
+        truncate: bool,
+    ) -> io::Result<&[u8]> {
         self.len = 0;
-        let mut file = File::open(path)?;
+        // Non-blocking: a FIFO in place of a procfs file reads as empty rather than hanging.
+        let mut file = open_nonblocking(path)?;
         loop {
+            if self.len >= cap {
+                if truncate {
+                    self.len = cap;
+                    break;
+                }
+                return Err(io::Error::new(
+                    io::ErrorKind::FileTooLarge,
+                    format!("larger than {cap} bytes"),
+                ));
+            }
             if self.len == self.data.len() {
                 let grown = self.data.len() * 2;
                 self.data.resize(grown, 0);
@@ -61,6 +86,8 @@ impl Buffer {
                     }
                 }
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                // A FIFO with a writer but no data.
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
                 Err(e) => return Err(e),
             }
         }

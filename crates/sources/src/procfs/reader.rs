@@ -170,7 +170,7 @@ impl ProcfsReader {
                 .map(|p| p.to_string_lossy().into_owned())
                 .unwrap_or_default();
             self.set_path(pid_name, "cmdline");
-            info.cmdline = parse::parse_cmdline(self.read_optional()?);
+            info.cmdline = parse::parse_cmdline(self.read_cmdline()?);
         }
         self.set_path(pid_name, "cgroup");
         let cgroup = String::from_utf8_lossy(self.read_optional()?);
@@ -184,6 +184,22 @@ impl ProcfsReader {
         self.path.push(&self.root);
         self.path.push(pid);
         self.path.push(file);
+    }
+
+    /// Reads the start of `self.path` (a `cmdline`, which a process can make endless): `None`
+    /// when the process vanished, empty content on other errors.
+    fn read_cmdline(&mut self) -> Option<&[u8]> {
+        if let Err(e) = self
+            .buf
+            .read_prefix(&self.path, crate::bounded::limits::CMDLINE)
+        {
+            if is_vanished(&e) {
+                return None;
+            }
+            tracing::debug!(path = %self.path.display(), error = %e, "reading as empty");
+            return Some(&[]);
+        }
+        Some(self.buf.bytes())
     }
 
     /// Reads `self.path`: `None` when the process vanished, empty content on other errors.
