@@ -182,18 +182,8 @@ fn retrained_models_reach_an_agent_without_a_meter() {
         chosen(&server)
     );
 
-    // The server trains from Prometheus and publishes once it has enough rows.
-    let deadline = Instant::now() + Duration::from_secs(180);
-    while retrain_runs(&server, "published") < 1.0 {
-        assert!(Instant::now() < deadline, "nothing was published");
-        std::thread::sleep(Duration::from_secs(1));
-    }
-    // Now the same request gets the retrained pipeline: the machine type's own models.
-    let model = chosen(&server);
-    assert!(model.starts_with("retrained-"), "{model}");
-
-    // An agent with no meter on this machine type estimates with it, and its estimates
-    // agree with what the metered agent measures over the same seconds.
+    // An agent with no meter on this machine type, started before anything is retrained,
+    // so it begins with the EC2 model and must switch without a restart.
     let empty = tempfile::tempdir().expect("tempdir");
     let meterless = Agent::start(
         work.path(),
@@ -206,6 +196,28 @@ fn retrained_models_reach_an_agent_without_a_meter() {
             work.path().join("cache").display()
         ),
     );
+    // The server trains from Prometheus and publishes once it has enough rows.
+    let deadline = Instant::now() + Duration::from_secs(180);
+    while retrain_runs(&server, "published") < 1.0 {
+        assert!(Instant::now() < deadline, "nothing was published");
+        std::thread::sleep(Duration::from_secs(1));
+    }
+    // Now the same request gets the retrained pipeline: the machine type's own models.
+    let model = chosen(&server);
+    assert!(model.starts_with("retrained-"), "{model}");
+    // The running meterless agent's refresh moves to the retrained file (its pointer names
+    // it), and its estimates agree with what the metered agent measures over the same seconds.
+    let pointer = work.path().join("cache/server/current");
+    let served_file = model.rsplit('/').next().unwrap_or_default().to_string();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while std::fs::read_to_string(&pointer).unwrap_or_default().trim() != served_file {
+        assert!(
+            Instant::now() < deadline,
+            "the agent did not switch to {served_file}"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+
     let deadline = Instant::now() + Duration::from_secs(90);
     loop {
         let (measured, estimated) = mean_watts(&metered, &meterless, 3);

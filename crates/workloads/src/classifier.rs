@@ -3,7 +3,7 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use kepler_core::{
     Catalogue, Classifier, ContainerId, ContainerNames, NameSource, ProcessInfo, ProcessType, VmId,
@@ -11,7 +11,9 @@ use kepler_core::{
 };
 
 use crate::cgroup::container_from_cgroup_path;
-use crate::names::{container_name_from_cmdline, container_name_from_environ, read_environ};
+use crate::names::{
+    container_name_from_cmdline, container_name_from_environ, in_container, read_environ, read_ppid,
+};
 use crate::vm::vm_from_cmdline;
 
 /// Classifies processes by cgroup path (containers, pods) and command line (VMs).
@@ -79,8 +81,7 @@ impl CgroupClassifier {
         if self.catalogue.view().container(&container.id).is_some() {
             return;
         }
-        let name = read_environ(procfs, pid)
-            .and_then(|env| container_name_from_environ(&env))
+        let name = Self::environ_name(procfs, pid, &container.id)
             .or_else(|| container_name_from_cmdline(&info.cmdline));
         if let Some(name) = name {
             tracing::debug!(id = container.id, name, "container name from the process");
@@ -90,6 +91,30 @@ impl CgroupClassifier {
                 NameSource::Process,
             );
         }
+    }
+}
+
+impl CgroupClassifier {
+    /// The name the environment of `pid`, else of its nearest ancestors in the same container,
+    /// gives. Workers that rewrite their process title (stress-ng, nginx, postgres) overwrite
+    /// their environment with it, and with eBPF the parent that kept it may never run within
+    /// an interval, so it is never classified itself.
+    fn environ_name(procfs: &Path, pid: u32, container_id: &str) -> Option<String> {
+        /// Ancestors looked at; a container's process tree is rarely deeper before its init.
+        const MAX_ANCESTORS: usize = 4;
+        let mut current = pid;
+        for hop in 0..=MAX_ANCESTORS {
+            if hop > 0 && (current <= 1 || !in_container(procfs, current, container_id)) {
+                return None;
+            }
+            if let Some(name) =
+                read_environ(procfs, current).and_then(|env| container_name_from_environ(&env))
+            {
+                return Some(name);
+            }
+            current = read_ppid(procfs, current)?;
+        }
+        None
     }
 }
 

@@ -53,6 +53,30 @@ pub fn read_environ(procfs: &Path, pid: u32) -> Option<Vec<u8>> {
     Some(bytes)
 }
 
+/// The parent pid `<procfs>/<pid>/stat` names; `None` when the process is gone or the line
+/// is not a stat line.
+pub fn read_ppid(procfs: &Path, pid: u32) -> Option<u32> {
+    let mut stat = String::new();
+    std::fs::File::open(procfs.join(pid.to_string()).join("stat"))
+        .ok()?
+        // One stat line; the comm before the ppid is at most 64 bytes.
+        .take(4096)
+        .read_to_string(&mut stat)
+        .ok()?;
+    // The comm may hold spaces and parentheses: the fields resume after the last ')'.
+    let rest = stat.get(stat.rfind(')')? + 1..)?;
+    rest.split_ascii_whitespace().nth(1)?.parse().ok()
+}
+
+/// Whether `<procfs>/<pid>/cgroup` places the process in a cgroup whose path holds `id`.
+pub fn in_container(procfs: &Path, pid: u32, id: &str) -> bool {
+    let mut cgroups = String::new();
+    std::fs::File::open(procfs.join(pid.to_string()).join("cgroup"))
+        .and_then(|f| f.take(64 * 1024).read_to_string(&mut cgroups))
+        .is_ok()
+        && cgroups.contains(id)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -328,13 +328,17 @@ fn ebpf_modes_parse_from_bools_and_words() {
 
 #[test]
 fn keys_without_an_implementation_are_reported() {
-    let c =
-        config("debug:\n  pprof:\n    enabled: true\nexperimental:\n  gpu:\n    enabled: true\n");
-    let keys = c.not_implemented();
-    // GPU meters are implemented, the MIG endpoint included (the `dcgm` meter); so is the
-    // pod informer (`kube.enabled`).
-    assert_eq!(keys.len(), 1, "{keys:?}");
-    assert!(keys[0].starts_with("debug.pprof.enabled"));
+    // Profiles, GPU meters (the MIG endpoint included) and the pod informer are implemented.
+    let c = config(
+        "debug:\n  pprof:\n    enabled: true\nexperimental:\n  gpu:\n    enabled: true\n\
+         kube:\n  enabled: true\n",
+    );
+    assert!(c.not_implemented().is_empty(), "{:?}", c.not_implemented());
+    // hwmon chip rules that say something are not applied yet; upstream's `[]` says nothing.
+    let c = config("experimental:\n  hwmon:\n    chipRules: [{chip: x}]\n");
+    assert_eq!(c.not_implemented(), vec!["experimental.hwmon.chipRules"]);
+    let c = config("experimental:\n  hwmon:\n    chipRules: []\n");
+    assert!(c.not_implemented().is_empty());
     assert!(Config::default().not_implemented().is_empty());
 }
 

@@ -10,6 +10,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+use crate::common::fake_kube::{pod, FakeKube};
 use crate::common::*;
 
 pub const VM_UUID: &str = "5f0c1a2e-8d4b-4c4e-9a1f-0123456789ab";
@@ -179,6 +180,49 @@ pub struct Stack {
     _vm: Proc,
     _container: Proc,
     _cgroup: TestCgroup,
+    // Dropped in this order: the pod's process, then its cgroup, then the fake kubelet.
+    _pod_load: Proc,
+    _pod_cgroup: PodCgroup,
+    _kubelet: FakeKube,
+}
+
+/// The pod the fake kubelet names: its uid, name, namespace and container.
+pub const POD_NAME: &str = "web-1";
+pub const POD_NAMESPACE: &str = "shop";
+const POD_CONTAINER: &str = "nginx";
+const NODE: &str = "stack-node";
+const TOKEN: &str = "stack-token";
+
+/// A pod-like cgroup (`.../pod<uid>/<container id>`) beside the docker-like one.
+struct PodCgroup {
+    top: PathBuf,
+    dir: PathBuf,
+}
+
+impl PodCgroup {
+    fn create(beside: &TestCgroup, uid: &str, container: &str) -> Option<PodCgroup> {
+        // The docker-like cgroup sits at <base>/docker/<id>.
+        let base = beside.dir.parent()?.parent()?;
+        let top = base.join(format!("kepler-stack-{}", std::process::id()));
+        let dir = top.join(format!("pod{uid}")).join(container);
+        std::fs::create_dir_all(&dir).ok()?;
+        Some(PodCgroup { top, dir })
+    }
+}
+
+impl Drop for PodCgroup {
+    fn drop(&mut self) {
+        for _ in 0..50 {
+            let _ = std::fs::remove_dir(&self.dir);
+            if let Some(pod) = self.dir.parent() {
+                let _ = std::fs::remove_dir(pod);
+            }
+            if std::fs::remove_dir(&self.top).is_ok() || !self.top.exists() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
 }
 
 impl Stack {
@@ -219,6 +263,22 @@ impl Stack {
                 .spawn()
                 .expect("spawn VM-like process"),
         );
+        // A pod the fake kubelet names, with a light load so it always has watts.
+        let pod_uid = format!("0000feed-aaaa-bbbb-cccc-{:012x}", std::process::id());
+        let pod_container = format!("{}{:08x}", "0badc0de".repeat(7), std::process::id());
+        let pod_cgroup = PodCgroup::create(&cgroup, &pod_uid, &pod_container)
+            .expect("a pod-like cgroup beside the docker-like one");
+        let pod_load = spawn_shell(&format!(
+            "echo $$ > {}/cgroup.procs && exec env -i stress-ng --cpu 1 --cpu-load 10 --timeout 300s --quiet",
+            pod_cgroup.dir.display()
+        ));
+        let kubelet = FakeKube::start(NODE, TOKEN);
+        kubelet.set_pod(pod(
+            &pod_uid,
+            POD_NAME,
+            POD_NAMESPACE,
+            &[(POD_CONTAINER, &pod_container)],
+        ));
         let sysfs = sysfs_dir();
         let sim = PowercapSim::start(
             sysfs.path(),
@@ -229,14 +289,18 @@ impl Stack {
         std::fs::write(
             &config,
             format!(
-                // procfs as the usage source: with eBPF, container names from the process
-                // environment stay empty today (reported; the dashboards' container variable
-                // needs a name).
-                "host:\n  sysfs: {}\nmonitor:\n  interval: 1s\nebpf:\n  enabled: false\n\
+                // The default usage source (eBPF where it loads): stress-ng's workers blank
+                // their environment, so the container's name must come from their parent.
+                "host:\n  sysfs: {}\nmonitor:\n  interval: 1s\n\
+                 kube:\n  enabled: true\n  nodeName: {NODE}\n  podInformer:\n    \
+                 pollInterval: 1s\n    kubeletURL: {}\n    kubeletCAFile: {}\n    tokenFile: {}\n\
                  exporter:\n  prometheus:\n    debugCollectors: [go, process]\n\
                  dev:\n  fake-gpu:\n    enabled: true\n    devices:\n\
                  \x20     - watts: 80\n        processes: [{{pid: {}}}]\n",
                 sysfs.path().display(),
+                kubelet.url(),
+                kubelet.ca_file().display(),
+                kubelet.token_file().display(),
                 container.pid()
             ),
         )
@@ -257,6 +321,9 @@ impl Stack {
             _vm: vm,
             _container: container,
             _cgroup: cgroup,
+            _pod_load: pod_load,
+            _pod_cgroup: pod_cgroup,
+            _kubelet: kubelet,
         })
     }
 }

@@ -222,7 +222,7 @@ impl ModelMeter {
             .follow
             .as_deref()
             .and_then(super::fetch::pointed_model)
-            .filter(|next| *next != file.path)
+            .filter(|next| *next != file.path && next.exists())
         {
             info!(from = %file.path.display(), to = %next.display(), "estimation model switched");
             file.path = next;
@@ -441,6 +441,45 @@ mod tests {
         assert_eq!(
             read(&mut meter, Some(&idle))[0].sample,
             ZoneSample::Power(Watts(20.0))
+        );
+    }
+
+    /// A model server that starts choosing another model moves the pointer; the meter then
+    /// loads the new file (its trainer from its own name) without a restart.
+    #[test]
+    fn the_meter_follows_the_pointer_to_another_model_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let first = dir.path().join("SGDRegressorTrainer_0.json");
+        std::fs::write(&first, LINEAR).unwrap();
+        let pointer = dir.path().join(super::super::fetch::CURRENT_POINTER);
+        std::fs::write(&pointer, "SGDRegressorTrainer_0.json").unwrap();
+        let predictor = kepler_models::load_model(&first, None).unwrap();
+        let mut meter =
+            ModelMeter::new(predictor, "m", OutputType::Abs, vec![Feature::BpfCpuTimeMs])
+                .unwrap()
+                .watch(ModelFile {
+                    path: first.clone(),
+                    trainer_hint: None,
+                    check_every: Duration::ZERO,
+                    follow: Some(pointer.clone()),
+                });
+        let idle = busy(0.0);
+        assert_eq!(
+            read(&mut meter, Some(&idle))[0].sample,
+            ZoneSample::Power(Watts(10.0))
+        );
+        let second = dir.path().join("SGDRegressorTrainer_1.json");
+        std::fs::write(&second, LINEAR.replace("10.0", "30.0")).unwrap();
+        std::fs::write(&pointer, "SGDRegressorTrainer_1.json").unwrap();
+        assert_eq!(
+            read(&mut meter, Some(&idle))[0].sample,
+            ZoneSample::Power(Watts(30.0))
+        );
+        // A pointer to a file that is not there leaves the model in use.
+        std::fs::write(&pointer, "SGDRegressorTrainer_9.json").unwrap();
+        assert_eq!(
+            read(&mut meter, Some(&idle))[0].sample,
+            ZoneSample::Power(Watts(30.0))
         );
     }
 }

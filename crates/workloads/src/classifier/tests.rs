@@ -201,6 +201,43 @@ fn container_names_come_from_the_environment_then_the_command_line() {
     assert_eq!(quiet.generation(), 0);
 }
 
+/// A worker that rewrote its process title has a blank environment; the name comes from the
+/// nearest ancestor in the same container, never from one outside it.
+#[test]
+fn a_worker_with_a_blank_environment_is_named_from_its_parent_in_the_container() {
+    let procfs = tempfile::tempdir().unwrap();
+    let write = |pid: u32, ppid: u32, environ: &[u8], cgroup: &str| {
+        let dir = procfs.path().join(pid.to_string());
+        std::fs::create_dir(&dir).unwrap();
+        std::fs::write(dir.join("environ"), environ).unwrap();
+        std::fs::write(
+            dir.join("stat"),
+            format!("{pid} (w (x) y) S {ppid} {pid} {pid} 0 -1 4194560 0 0 0 0 1 2 0 0 20 0 1 0 100 0 0\n"),
+        )
+        .unwrap();
+        std::fs::write(dir.join("cgroup"), format!("0::{cgroup}\n")).unwrap();
+    };
+    let in_a = format!("/docker/{ID_A}");
+    let in_b = format!("/docker/{ID_B}");
+    write(20, 1, b"CONTAINER_NAME=box\0", &in_a);
+    write(21, 20, &[0; 32], &in_a);
+    // B's worker has a parent outside B (the runtime) whose environment must not name B.
+    write(
+        30,
+        1,
+        b"HOSTNAME=the-host\0",
+        "/system.slice/docker.service",
+    );
+    write(31, 30, &[0; 32], &in_b);
+    let catalogue = Arc::new(Catalogue::new());
+    let c = CgroupClassifier::with_catalogue(catalogue.clone()).with_procfs(procfs.path());
+    c.classify_process(21, &info(&in_a, &["stress-ng-cpu"]));
+    c.classify_process(31, &info(&in_b, &["stress-ng-cpu"]));
+    let view = catalogue.view();
+    assert_eq!(view.container(ID_A).unwrap().name, "box");
+    assert!(view.container(ID_B).is_none());
+}
+
 #[test]
 fn without_pod_ids_containers_have_no_pod() {
     let c = CgroupClassifier::new().without_pod_ids();
