@@ -392,6 +392,14 @@ impl Config {
                 format!("{interval:?} is too short; use 0 (on scrape) or at least 100ms"),
             ));
         }
+        for (i, rule) in self.experimental.hwmon.chip_rules.iter().enumerate() {
+            if let Some(message) = rule.problem() {
+                return Err(ConfigError::Value {
+                    key: format!("experimental.hwmon.chipRules[{i}].name"),
+                    message,
+                });
+            }
+        }
         self.kube
             .validate()
             .map_err(|(key, message)| invalid(key, message))?;
@@ -473,20 +481,7 @@ impl Config {
     /// Upstream keys this agent accepts but does not act on yet, when the file turns them on;
     /// users must hear that instead of wondering where pod names or GPU power are.
     pub fn not_implemented(&self) -> Vec<&'static str> {
-        let mut keys = Vec::new();
-        // Upstream's files carry `chipRules: []`; only rules that say something need a warning.
-        if self
-            .experimental
-            .hwmon
-            .chip_rules
-            .as_ref()
-            .is_some_and(|rules| {
-                !rules.is_null() && rules.as_sequence().is_none_or(|r| !r.is_empty())
-            })
-        {
-            keys.push("experimental.hwmon.chipRules");
-        }
-        keys
+        Vec::new()
     }
 
     /// Every power domain's fallback chain of meters, from `cpu.preferredMeters`,

@@ -26,6 +26,7 @@ pub fn meter_settings(config: &Config, host: &HostFacts) -> MeterSettings {
         interval: config.monitor.interval.0,
         rapl_zones: config.rapl.zones.clone(),
         hwmon_zones: config.experimental.hwmon.zones.clone(),
+        hwmon_chip_rules: config.experimental.hwmon.chip_rules.clone(),
         fake: FakeSettings {
             zones: config.dev.fake_cpu_meter.zones.clone(),
             ..FakeSettings::default()

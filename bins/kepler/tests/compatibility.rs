@@ -166,8 +166,8 @@ const KEYS: &[(&str, &str, Status, &str)] = &[
     (
         "experimental.hwmon.chipRules",
         "[{name: ina3221, useSameIndex: true}]",
-        Warned,
-        "`[]` is not warned about",
+        Differs,
+        "pairs inN/currN of chips without power sensors; no built-in chip table, no label pairing",
     ),
     (
         "experimental.gpu.enabled",

@@ -2,7 +2,8 @@
 //!
 //! Per chip and channel N: `energyN_input` (µJ counter) is preferred, then `powerN_average`,
 //! then `powerN_input` (µW). A chip with neither power nor energy sensors is measured as
-//! `inN_input` (mV) × `currN_input` (mA) for each N that has both. Zones are named
+//! `inN_input` (mV) × `currN_input` (mA) for each N that has both, or for the pairs that
+//! `experimental.hwmon.chipRules` give its chip ([`crate::hwmon_rules`]). Zones are named
 //! `platform` for the ACPI power meter (`power_meter`), else the sensor's label, lowercased,
 //! else the chip name (`<chip>-<kind>N` when an unlabelled chip has several sensors).
 //!
@@ -22,6 +23,7 @@ use kepler_core::{
 };
 use tracing::{debug, warn};
 
+use crate::hwmon_rules::{ChipRule, Pairing};
 use crate::sysfs::{natural_cmp, read_i64, read_text, read_u64, AttrError, ZoneFailures};
 
 /// The hwmon meter: CPU-domain sensors (`hwmon`) or the ACPI power meter (`acpi`).
@@ -98,16 +100,31 @@ impl HwmonMeter {
     /// ACPI power meter, keeping those whose zone name is in `filter` (case-insensitive; empty
     /// keeps all), and checks that each can be read.
     pub fn open(sysfs: &Path, filter: &[String]) -> Result<Self, Unavailable> {
-        Self::open_role(sysfs, filter, Role::Cpu)
+        Self::open_role(sysfs, filter, &[], Role::Cpu)
+    }
+
+    /// [`HwmonMeter::open`], pairing the voltage and current channels of chips without power
+    /// sensors as `rules` (`experimental.hwmon.chipRules`) say.
+    pub fn open_with_rules(
+        sysfs: &Path,
+        filter: &[String],
+        rules: &[ChipRule],
+    ) -> Result<Self, Unavailable> {
+        Self::open_role(sysfs, filter, rules, Role::Cpu)
     }
 
     /// The ACPI power meter (chip `power_meter`, zone `platform`) for the platform domain;
     /// `filter` (`experimental.hwmon.zones`) leaves it out unless empty or naming `platform`.
     pub fn open_platform(sysfs: &Path, filter: &[String]) -> Result<Self, Unavailable> {
-        Self::open_role(sysfs, filter, Role::Platform)
+        Self::open_role(sysfs, filter, &[], Role::Platform)
     }
 
-    fn open_role(sysfs: &Path, filter: &[String], role: Role) -> Result<Self, Unavailable> {
+    fn open_role(
+        sysfs: &Path,
+        filter: &[String],
+        rules: &[ChipRule],
+        role: Role,
+    ) -> Result<Self, Unavailable> {
         let class = sysfs.join("class").join("hwmon");
         let entries = std::fs::read_dir(&class).map_err(|e| {
             if e.kind() == std::io::ErrorKind::NotFound {
@@ -136,7 +153,7 @@ impl HwmonMeter {
         let mut candidates = Vec::new();
         for (_, dir) in &chips {
             // `dir` may be a symlink into /sys/devices; every access below follows it.
-            let Some((chip, sensors)) = discover_chip(dir) else {
+            let Some((chip, sensors)) = discover_chip(dir, rules) else {
                 continue;
             };
             if role.takes(&chip) {
@@ -268,7 +285,7 @@ impl Sensor {
 }
 
 /// The chip's name and its sensors, or `None` when the directory is not a usable chip.
-fn discover_chip(dir: &Path) -> Option<(String, Vec<Sensor>)> {
+fn discover_chip(dir: &Path, rules: &[ChipRule]) -> Option<(String, Vec<Sensor>)> {
     // Drivers registered through the old hwmon API keep their attributes, name included, in
     // the parent device directory (the ACPI power meter on older kernels does).
     let (attr_dir, files) = [dir.to_path_buf(), dir.join("device")]
@@ -283,7 +300,7 @@ fn discover_chip(dir: &Path) -> Option<(String, Vec<Sensor>)> {
         .iter()
         .find_map(|p| read_text(p).ok().filter(|n| !n.is_empty()))
         .or_else(|| Some(dir.file_name()?.to_string_lossy().into_owned()))?;
-    let sensors = sensors_of(&chip, &attr_dir, files);
+    let sensors = sensors_of(&chip, &attr_dir, files, rules);
     Some((chip, sensors))
 }
 
@@ -326,7 +343,7 @@ fn split_attr(file: &str) -> Option<(&str, u32, &str)> {
     Some((kind, num.parse().ok()?, attr))
 }
 
-fn sensors_of(chip: &str, dir: &Path, files: ChipFiles) -> Vec<Sensor> {
+fn sensors_of(chip: &str, dir: &Path, files: ChipFiles, rules: &[ChipRule]) -> Vec<Sensor> {
     let ChipFiles {
         mut energy,
         mut power,
@@ -354,8 +371,18 @@ fn sensors_of(chip: &str, dir: &Path, files: ChipFiles) -> Vec<Sensor> {
         }
     }
     if found.is_empty() {
-        for (n, v) in volt {
-            let Some(c) = curr.remove(&n) else { continue };
+        let with_input = |m: &BTreeMap<u32, Channel>| -> Vec<u32> {
+            m.iter()
+                .filter(|(_, c)| c.input.is_some())
+                .map(|(n, _)| *n)
+                .collect()
+        };
+        let pairs = Pairing::for_chip(chip, rules).pairs(&with_input(&volt), &with_input(&curr));
+        let mut volt = volt;
+        for (n, m) in pairs {
+            let (Some(v), Some(c)) = (volt.remove(&n), curr.remove(&m)) else {
+                continue;
+            };
             if let (Some(volt), Some(curr_file)) = (v.input, c.input) {
                 found.push((
                     format!("in{n}"),

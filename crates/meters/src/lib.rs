@@ -27,6 +27,7 @@
 pub mod fake;
 pub mod gpu;
 pub mod hwmon;
+pub mod hwmon_rules;
 pub mod ipmi;
 pub mod model;
 pub mod msr;
@@ -44,6 +45,7 @@ use std::time::Duration;
 
 pub use fake::{Clock, FakeMeter, FakeSettings, ManualClock, MonotonicClock};
 pub use hwmon::HwmonMeter;
+pub use hwmon_rules::ChipRule;
 pub use ipmi::{IpmiInterface, IpmiSettings};
 pub use model::{
     open_model_meter, EstimatorSettings, ModelChoice, ModelFile, ModelMeter, ModelRefresh,
@@ -76,6 +78,8 @@ pub struct MeterSettings {
     pub rapl_zones: Vec<String>,
     /// `experimental.hwmon.zones`: zone names to keep; empty keeps all.
     pub hwmon_zones: Vec<String>,
+    /// `experimental.hwmon.chipRules`: voltage/current pairing per chip.
+    pub hwmon_chip_rules: Vec<ChipRule>,
     /// `dev.fake-cpu-meter`.
     pub fake: FakeSettings,
     /// `msr`.
@@ -101,6 +105,7 @@ impl Default for MeterSettings {
             interval: Duration::from_secs(5),
             rapl_zones: Vec::new(),
             hwmon_zones: Vec::new(),
+            hwmon_chip_rules: Vec::new(),
             fake: FakeSettings::default(),
             msr: MsrConfig::default(),
             gpu: gpu::GpuSettings::default(),

@@ -81,7 +81,11 @@ static ROWS: &[MeterRow] = &[
         domain: PowerDomain::Cpu,
         open: |cx| {
             let s = cx.settings;
-            Ok(Box::new(HwmonMeter::open(&s.sysfs, &s.hwmon_zones)?))
+            Ok(Box::new(HwmonMeter::open_with_rules(
+                &s.sysfs,
+                &s.hwmon_zones,
+                &s.hwmon_chip_rules,
+            )?))
         },
     },
     MeterRow {

@@ -121,7 +121,9 @@ pub struct HwmonConfig {
     /// still gets hwmon power whatever an old file says.
     pub enabled: Option<bool>,
     pub zones: Vec<String>,
-    pub chip_rules: Option<serde_yaml::Value>,
+    /// Voltage/current pairing of chips without power sensors; `null` is upstream's empty list.
+    #[serde(deserialize_with = "null_as_empty")]
+    pub chip_rules: Vec<kepler_meters::ChipRule>,
 }
 
 #[derive(Clone, Debug, Default, Deserialize, PartialEq)]
@@ -138,4 +140,13 @@ pub struct DevConfig {
 pub struct FakeMeterConfig {
     pub enabled: bool,
     pub zones: Vec<String>,
+}
+
+/// Upstream's files may write `chipRules:` with no value; that means no rules.
+fn null_as_empty<'de, D, T>(d: D) -> Result<Vec<T>, D::Error>
+where
+    D: serde::Deserializer<'de>,
+    T: Deserialize<'de>,
+{
+    Ok(Option::<Vec<T>>::deserialize(d)?.unwrap_or_default())
 }

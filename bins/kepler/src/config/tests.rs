@@ -334,9 +334,9 @@ fn keys_without_an_implementation_are_reported() {
          kube:\n  enabled: true\n",
     );
     assert!(c.not_implemented().is_empty(), "{:?}", c.not_implemented());
-    // hwmon chip rules that say something are not applied yet; upstream's `[]` says nothing.
-    let c = config("experimental:\n  hwmon:\n    chipRules: [{chip: x}]\n");
-    assert_eq!(c.not_implemented(), vec!["experimental.hwmon.chipRules"]);
+    // hwmon chip rules are applied by the hwmon meter: nothing to warn about.
+    let c = config("experimental:\n  hwmon:\n    chipRules: [{name: x, useSameIndex: true}]\n");
+    assert!(c.not_implemented().is_empty(), "{:?}", c.not_implemented());
     let c = config("experimental:\n  hwmon:\n    chipRules: []\n");
     assert!(c.not_implemented().is_empty());
     assert!(Config::default().not_implemented().is_empty());
@@ -509,7 +509,7 @@ fn upstream_only_keys_are_known_and_empty_strings_mean_unset() {
     let warned = c.not_implemented().join(" ");
     // Profiles are served (crate::profiling): nothing to warn about.
     assert!(!warned.contains("debug.pprof"), "{warned}");
-    assert!(warned.contains("chipRules"), "{warned}");
+    assert!(!warned.contains("chipRules"), "{warned}");
     // The `dcgm` meter polls it: nothing to warn about.
     assert!(!warned.contains("dcgmEndpoint"), "{warned}");
     assert_eq!(
@@ -585,4 +585,47 @@ fn pods_need_kubernetes_or_our_key() {
     assert!(Config::default().workloads.pod_ids(true));
     let c = valid("workloads:\n  podIdsFromCgroups: true\n");
     assert!(c.workloads.pod_ids(false));
+}
+
+#[test]
+fn hwmon_chip_rules_are_parsed_and_checked() {
+    let c = valid(
+        "experimental:\n  hwmon:\n    chipRules:\n      - name: max20730\n        pairings: {2: 1}\n\
+         \x20     - name: ina3221\n        useSameIndex: true\n        skipVoltages: [4, 5]\n\
+         \x20       skipCurrents: [7]\n",
+    );
+    let rules = &c.experimental.hwmon.chip_rules;
+    assert_eq!(rules.len(), 2);
+    assert_eq!(rules[0].name, "max20730");
+    assert_eq!(rules[0].pairings.get(&2), Some(&1));
+    assert!(!rules[0].use_same_index);
+    assert!(rules[1].use_same_index);
+    assert_eq!(rules[1].skip_voltages, [4, 5]);
+    assert_eq!(rules[1].skip_currents, [7]);
+    // The hwmon meter gets them.
+    assert_eq!(&setup_settings(&c).hwmon_chip_rules, rules);
+    // Upstream's empty forms: no rules.
+    for empty in ["chipRules: []", "chipRules:", "chipRules: null"] {
+        let c = valid(&format!("experimental:\n  hwmon:\n    {empty}\n"));
+        assert!(c.experimental.hwmon.chip_rules.is_empty(), "{empty}");
+    }
+    // Malformed rules are errors naming the key.
+    for bad in [
+        "chipRules: [{name: x, pairings: [1]}]",
+        "chipRules: [{name: x, skipVoltages: one}]",
+        "chipRules: [{useSameIndex: true}]",
+        "chipRules: {name: x}",
+    ] {
+        let err = parse(&format!("experimental:\n  hwmon:\n    {bad}\n"))
+            .err()
+            .unwrap_or_else(|| panic!("{bad} should be rejected"))
+            .to_string();
+        assert!(err.contains("experimental.hwmon.chipRules"), "{bad}: {err}");
+    }
+    let c = config("experimental:\n  hwmon:\n    chipRules: [{name: ' '}]\n");
+    let err = c.validate().unwrap_err().to_string();
+    assert!(
+        err.contains("experimental.hwmon.chipRules[0].name"),
+        "{err}"
+    );
 }
