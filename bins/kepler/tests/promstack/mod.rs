@@ -263,13 +263,15 @@ impl Stack {
                 .spawn()
                 .expect("spawn VM-like process"),
         );
-        // A pod the fake kubelet names, with a light load so it always has watts.
+        // A pod the fake kubelet names, with a light load so it always has watts. Its first
+        // process wakes many times a second: the GPU's process must be seen by the eBPF
+        // source in every interval for its GPU power to reach the pod.
         let pod_uid = format!("0000feed-aaaa-bbbb-cccc-{:012x}", std::process::id());
         let pod_container = format!("{}{:08x}", "0badc0de".repeat(7), std::process::id());
         let pod_cgroup = PodCgroup::create(&cgroup, &pod_uid, &pod_container)
             .expect("a pod-like cgroup beside the docker-like one");
         let pod_load = spawn_shell(&format!(
-            "echo $$ > {}/cgroup.procs && exec env -i stress-ng --cpu 1 --cpu-load 10 --timeout 300s --quiet",
+            "echo $$ > {}/cgroup.procs && exec env -i PATH=/usr/bin:/bin sh -c 'while :; do sleep 0.05; done'",
             pod_cgroup.dir.display()
         ));
         let kubelet = FakeKube::start(NODE, TOKEN);
@@ -296,12 +298,13 @@ impl Stack {
                  pollInterval: 1s\n    kubeletURL: {}\n    kubeletCAFile: {}\n    tokenFile: {}\n\
                  exporter:\n  prometheus:\n    debugCollectors: [go, process]\n\
                  dev:\n  fake-gpu:\n    enabled: true\n    devices:\n\
-                 \x20     - watts: 80\n        processes: [{{pid: {}}}]\n",
+                 \x20     - watts: 80\n        processes: [{{pid: {}}}, {{pid: {}}}]\n",
                 sysfs.path().display(),
                 kubelet.url(),
                 kubelet.ca_file().display(),
                 kubelet.token_file().display(),
-                container.pid()
+                container.pid(),
+                pod_load.pid()
             ),
         )
         .expect("write kepler.yaml");
