@@ -4,7 +4,7 @@
 
 mod common;
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::{Duration, Instant};
 
 use common::fake_kube::{pod, FakeKube};
@@ -21,61 +21,6 @@ fn skip(reason: &str) {
         "{reason} (KEPLER_REQUIRE_TOOLS=1)"
     );
     eprintln!("{reason}");
-}
-
-/// `<hierarchy>/kepler-kube-<pid>/pod<uid>/<container id>`: what the classifier reads as a
-/// container of pod `uid`.
-struct PodCgroup {
-    top: PathBuf,
-    dir: PathBuf,
-}
-
-impl PodCgroup {
-    fn create(uid: &str, container: &str) -> Option<PodCgroup> {
-        for base in [
-            "/sys/fs/cgroup/cpu,cpuacct",
-            "/sys/fs/cgroup/cpu",
-            "/sys/fs/cgroup/unified",
-            "/sys/fs/cgroup",
-        ] {
-            let base = Path::new(base);
-            if !base.join("cgroup.procs").exists() {
-                continue;
-            }
-            let top = base.join(format!("kepler-kube-{}", std::process::id()));
-            let dir = top.join(format!("pod{uid}")).join(container);
-            if std::fs::create_dir_all(&dir).is_ok() && dir.join("cgroup.procs").exists() {
-                return Some(PodCgroup { top, dir });
-            }
-        }
-        None
-    }
-
-    /// A busy process in this cgroup, with an empty environment: a `HOSTNAME` there would
-    /// give the container a name guessed from the process, as upstream does without
-    /// Kubernetes, and hide whether the informer named it.
-    fn run(&self) -> Proc {
-        spawn_shell(&format!(
-            "echo $$ > {}/cgroup.procs && exec env -i sh -c 'while :; do :; done'",
-            self.dir.display()
-        ))
-    }
-}
-
-impl Drop for PodCgroup {
-    fn drop(&mut self) {
-        // Empty by now (the Proc guards dropped first); remove leaves first, then parents.
-        for _ in 0..50 {
-            let _ = std::fs::remove_dir(&self.dir);
-            if let Some(pod) = self.dir.parent() {
-                let _ = std::fs::remove_dir(pod);
-            }
-            if std::fs::remove_dir(&self.top).is_ok() || !self.top.exists() {
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(100));
-        }
-    }
 }
 
 fn container_id(tag: u32) -> String {

@@ -193,38 +193,6 @@ const POD_CONTAINER: &str = "nginx";
 const NODE: &str = "stack-node";
 const TOKEN: &str = "stack-token";
 
-/// A pod-like cgroup (`.../pod<uid>/<container id>`) beside the docker-like one.
-struct PodCgroup {
-    top: PathBuf,
-    dir: PathBuf,
-}
-
-impl PodCgroup {
-    fn create(beside: &TestCgroup, uid: &str, container: &str) -> Option<PodCgroup> {
-        // The docker-like cgroup sits at <base>/docker/<id>.
-        let base = beside.dir.parent()?.parent()?;
-        let top = base.join(format!("kepler-stack-{}", std::process::id()));
-        let dir = top.join(format!("pod{uid}")).join(container);
-        std::fs::create_dir_all(&dir).ok()?;
-        Some(PodCgroup { top, dir })
-    }
-}
-
-impl Drop for PodCgroup {
-    fn drop(&mut self) {
-        for _ in 0..50 {
-            let _ = std::fs::remove_dir(&self.dir);
-            if let Some(pod) = self.dir.parent() {
-                let _ = std::fs::remove_dir(pod);
-            }
-            if std::fs::remove_dir(&self.top).is_ok() || !self.top.exists() {
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(100));
-        }
-    }
-}
-
 impl Stack {
     /// `None` (after `skip`) when a tool or root is missing.
     pub fn start(rule_files: &[PathBuf]) -> Option<Stack> {
@@ -268,8 +236,8 @@ impl Stack {
         // source in every interval for its GPU power to reach the pod.
         let pod_uid = format!("0000feed-aaaa-bbbb-cccc-{:012x}", std::process::id());
         let pod_container = format!("{}{:08x}", "0badc0de".repeat(7), std::process::id());
-        let pod_cgroup = PodCgroup::create(&cgroup, &pod_uid, &pod_container)
-            .expect("a pod-like cgroup beside the docker-like one");
+        let pod_cgroup =
+            PodCgroup::create(&pod_uid, &pod_container).expect("a writable cgroup hierarchy");
         let pod_load = spawn_shell(&format!(
             "echo $$ > {}/cgroup.procs && exec env -i PATH=/usr/bin:/bin sh -c 'while :; do sleep 0.05; done'",
             pod_cgroup.dir.display()
