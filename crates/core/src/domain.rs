@@ -51,6 +51,9 @@ pub struct ZoneMeta {
     /// For estimated zones, the model's expected error per zone, from its validation on
     /// data it was not trained on; empty for measured zones.
     pub expected_error: Arc<[ExpectedError]>,
+    /// For estimated zones, why the meter estimates with this model (which built-in rule
+    /// matched, or where the model file came from); `None` for measured zones.
+    pub reason: Option<Arc<str>>,
 }
 
 /// How far an estimated zone is expected to be from the truth: the estimating model's mean
@@ -79,6 +82,7 @@ impl ZoneMeta {
             model: None,
             includes_idle: true,
             expected_error: Arc::from([]),
+            reason: None,
         }
     }
 }

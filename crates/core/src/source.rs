@@ -91,6 +91,11 @@ pub trait PowerMeter: Send {
     fn expected_error(&self) -> Vec<ExpectedError> {
         Vec::new()
     }
+    /// Why an estimating meter uses its model (the built-in rule that matched, or the model's
+    /// origin), one line for `kepler_node_cpu_zone_info`; `None` for measured zones.
+    fn estimation_reason(&self) -> Option<String> {
+        None
+    }
     /// Why this meter reads what it reads (which model was chosen and why), for
     /// `kepler probe`.
     fn detail(&self) -> Option<String> {
@@ -121,6 +126,7 @@ pub trait PowerMeter: Send {
             model: self.estimation_model().map(Arc::from),
             includes_idle: self.includes_idle(),
             expected_error: self.expected_error().into(),
+            reason: self.estimation_reason().map(Arc::from),
         }
     }
 }

@@ -508,6 +508,7 @@ fn encode_node(w: &mut MetricWriter<'_>, s: &PowerSnapshot) {
                     &m.meter,
                     m.provenance.as_str(),
                     m.model.as_deref().unwrap_or(""),
+                    m.reason.as_deref().unwrap_or(""),
                 ],
                 1u64,
             );

@@ -197,11 +197,11 @@ pub static NODE_CPU_UNATTRIBUTED_JOULES: Desc<2> = node(
     Counter,
     ZONE,
 );
-pub static NODE_CPU_ZONE_INFO: Desc<5> = node(
+pub static NODE_CPU_ZONE_INFO: Desc<6> = node(
     "kepler_node_cpu_zone_info",
-    "Power meter that feeds each cpu zone at node level; source is measured (hardware), estimated (model), synthetic (the development fake meter) or unknown, model names the estimation model",
+    "Power meter that feeds each cpu zone at node level; source is measured (hardware), estimated (model), synthetic (the development fake meter) or unknown, model names the estimation model, reason says why that model was chosen",
     Gauge,
-    ["zone", "path", "meter", "source", "model"],
+    ["zone", "path", "meter", "source", "model", "reason"],
 );
 pub static NODE_CPU_ZONE_ESTIMATE_ERROR_WATTS: Desc<3> = node(
     "kepler_node_cpu_zone_estimate_error_watts",

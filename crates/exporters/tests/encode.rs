@@ -45,8 +45,8 @@ fn text_format_exact_lines() {
             r#"kepler_node_cpu_usage_ratio{node_name="node-1"} 0.25"#,
             &format!("kepler_node_cpu_unattributed_joules_total{{{NODE_PKG}}} 1"),
             &format!("kepler_node_cpu_unattributed_joules_total{{{NODE_DRAM}}} 0"),
-            r#"kepler_node_cpu_zone_info{zone="package",path="/sys/class/powercap/intel-rapl:0",meter="rapl",source="measured",model="",node_name="node-1"} 1"#,
-            r#"kepler_node_cpu_zone_info{zone="dram",path="aggregated-dram",meter="rapl",source="measured",model="",node_name="node-1"} 1"#,
+            r#"kepler_node_cpu_zone_info{zone="package",path="/sys/class/powercap/intel-rapl:0",meter="rapl",source="measured",model="",reason="",node_name="node-1"} 1"#,
+            r#"kepler_node_cpu_zone_info{zone="dram",path="aggregated-dram",meter="rapl",source="measured",model="",reason="",node_name="node-1"} 1"#,
             r#"kepler_node_cpu_idle_policy_info{policy="baseline",baseline="pending",node_name="node-1"} 1"#,
             &format!("kepler_node_cpu_idle_baseline_watts{{{NODE_PKG}}} 4.5"),
             r#"kepler_build_info{arch="x86_64",branch="main",revision="abc123",version="0.1.0",goversion="1.95.0"} 1"#,
@@ -405,6 +405,7 @@ fn a_dynamic_only_meter_claims_no_idle_policy() {
         provenance: kepler_core::Provenance::Estimated,
         model: Some("builtin-x".into()),
         includes_idle: false,
+        reason: Some("fallback match: no \"x\" node type".into()),
         ..kepler_core::ZoneMeta::measured("model")
     });
     for z in &mut snapshot.zones {
@@ -426,7 +427,7 @@ fn a_dynamic_only_meter_claims_no_idle_policy() {
         &text,
         &[
             r#"kepler_node_cpu_idle_policy_info{policy="none",baseline="none",node_name="node-1"} 1"#,
-            r#"kepler_node_cpu_zone_info{zone="package",path="/sys/class/powercap/intel-rapl:0",meter="model",source="estimated",model="builtin-x",node_name="node-1"} 1"#,
+            r#"kepler_node_cpu_zone_info{zone="package",path="/sys/class/powercap/intel-rapl:0",meter="model",source="estimated",model="builtin-x",reason="fallback match: no \"x\" node type",node_name="node-1"} 1"#,
         ],
     );
     assert!(

@@ -56,6 +56,8 @@ pub struct ModelMeter {
     file: Option<(ModelFile, Option<SystemTime>, std::time::Instant)>,
     /// How the model was chosen, for `kepler probe`.
     detail: Option<String>,
+    /// Why this model, in one line, for `kepler_node_cpu_zone_info`.
+    reason: Option<String>,
     /// The model's stated error per zone, exported beside the estimate.
     expected_error: Vec<ExpectedError>,
 }
@@ -152,6 +154,7 @@ impl ModelMeter {
             idle: Vec::new(),
             file: None,
             detail: None,
+            reason: None,
             expected_error: Vec::new(),
         };
         meter.idle =
@@ -171,6 +174,12 @@ impl ModelMeter {
     /// Says how the model was chosen (shown by `kepler probe`).
     pub fn with_detail(mut self, detail: impl Into<String>) -> Self {
         self.detail = Some(detail.into());
+        self
+    }
+
+    /// Says in one line why this model estimates (exported with the zones).
+    pub fn with_reason(mut self, reason: impl Into<String>) -> Self {
+        self.reason = Some(reason.into());
         self
     }
 
@@ -282,6 +291,10 @@ impl PowerMeter for ModelMeter {
 
     fn expected_error(&self) -> Vec<ExpectedError> {
         self.expected_error.clone()
+    }
+
+    fn estimation_reason(&self) -> Option<String> {
+        self.reason.clone()
     }
 
     fn detail(&self) -> Option<String> {
