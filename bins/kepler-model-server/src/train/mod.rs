@@ -4,6 +4,7 @@
 //! Deterministic: the same data gives the same bytes (tested against the committed files).
 
 mod aws;
+mod counters;
 mod specpower;
 
 pub(crate) use aws::fallback as aws_fallback;
@@ -101,6 +102,7 @@ pub fn generate(data: &Path, skipped: &mut Skipped) -> Result<BTreeMap<PathBuf, 
             .into(),
         rapl,
         platform,
+        counters: None,
     };
     let held_out = evaluate::read_rows(&data.join(evaluate::NX12))?;
     let (rapl_error, rapl_withheld) = validate(&index, BuiltinFamily::Rapl, &held_out)?;
@@ -109,7 +111,20 @@ pub fn generate(data: &Path, skipped: &mut Skipped) -> Result<BTreeMap<PathBuf, 
     index.rapl.withheld = rapl_withheld;
     index.platform.expected_error = platform_error;
     index.platform.withheld = platform_withheld;
+    let trained = counters::train(data, &index)?;
+    for (component, counter, busy) in &trained.comparison {
+        tracing::info!(
+            component = %component,
+            counter_mae_w = format!("{:.2}", counter.0),
+            counter_mape = format!("{:.1}", counter.1),
+            busy_time_mae_w = format!("{:.2}", busy.0),
+            busy_time_mape = format!("{:.1}", busy.1),
+            "counter built-in on nx12's held-back rows"
+        );
+    }
+    index.counters = Some(trained.index);
     let mut files = BTreeMap::new();
+    files.insert(trained.path, trained.text);
     let text = index.to_text()?;
     // What is written must be what the library accepts.
     BuiltinIndex::parse(&text).context("the generated index does not parse")?;

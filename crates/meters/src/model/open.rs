@@ -10,7 +10,8 @@ use std::sync::Arc;
 
 use kepler_core::{Background, ExpectedError, Feature, Unavailable, Watts};
 use kepler_models::builtin::{
-    select_builtin, select_builtin_for_guest, BuiltinFamily, BuiltinSelection, MachineSpec,
+    select_builtin, select_builtin_for_guest, with_counters, BuiltinFamily, BuiltinSelection,
+    MachineSpec,
 };
 use kepler_sources::{HostFactError, HostFacts};
 use tracing::info;
@@ -170,6 +171,7 @@ fn open_file(
         .or_else(|| path.file_stem().map(|s| s.to_string_lossy().into_owned()))
         .unwrap_or_else(|| path.display().to_string());
     Ok(ModelMeter::new(predictor, name, output, features.to_vec())?
+        .with_reason(without_userinfo(&origin))
         .with_detail(origin)
         .watch(ModelFile {
             path,
@@ -177,6 +179,20 @@ fn open_file(
             check_every: settings.refresh_period,
             follow,
         }))
+}
+
+/// `origin` with any `user:password@` of a URL left out: the reason is exported as a label,
+/// and metrics must not carry credentials.
+fn without_userinfo(origin: &str) -> String {
+    let Some(scheme_end) = origin.find("://").map(|i| i + 3) else {
+        return origin.to_string();
+    };
+    let rest = &origin[scheme_end..];
+    let authority_end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
+    match rest[..authority_end].rfind('@') {
+        Some(at) => format!("{}{}", &origin[..scheme_end], &rest[at + 1..]),
+        None => origin.to_string(),
+    }
 }
 
 /// The built-in model for this machine's spec.
@@ -194,6 +210,9 @@ fn open_builtin(
     } else {
         select_builtin(&spec, settings.family)
     }
+    // Hardware counters, when the source has them, tell frequency and stalls apart, which
+    // busy time cannot.
+    .and_then(|busy_time| with_counters(busy_time, settings.family, features))
     .map_err(|e| Unavailable::new(format!("built-in model: {e}")))?
     // A zone without a trustworthy estimate is left out rather than exported wrong.
     .without_withheld();
@@ -227,6 +246,7 @@ fn open_builtin(
         output,
         features.to_vec(),
     )?
+    .with_reason(selection.reason.clone())
     .with_detail(detail)
     .with_expected_error(errors))
 }

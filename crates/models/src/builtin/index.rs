@@ -186,6 +186,9 @@ pub struct BuiltinIndex {
     pub rapl: FamilyIndex,
     /// ACPI-like models: `platform`.
     pub platform: FamilyIndex,
+    /// The `package` model for hosts with hardware counters ([`super::with_counters`]).
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub counters: Option<super::CounterIndex>,
 }
 
 impl BuiltinIndex {
@@ -199,6 +202,11 @@ impl BuiltinIndex {
                 "index format {} is not {INDEX_FORMAT}",
                 index.format
             )));
+        }
+        if let Some(counters) = &index.counters {
+            counters
+                .check()
+                .map_err(|e| BuiltinError::Index(format!("counters: {e}")))?;
         }
         for family in [&index.rapl, &index.platform] {
             let fallback_curves: BTreeMap<String, CurveParams> = family
@@ -297,7 +305,13 @@ impl BuiltinIndex {
                 .collect::<Result<Vec<_>, BuiltinError>>()?;
             out.push_str(&lines.join(",\n"));
             out.push_str("\n    ]\n");
-            out.push_str(if i == 0 { "  },\n" } else { "  }\n" });
+            let last = i == 1 && self.counters.is_none();
+            out.push_str(if last { "  }\n" } else { "  },\n" });
+        }
+        if let Some(counters) = &self.counters {
+            let text = serde_json::to_string_pretty(counters)
+                .map_err(|e| BuiltinError::Index(e.to_string()))?;
+            out.push_str(&format!("  \"counters\": {}\n", text.replace('\n', "\n  ")));
         }
         out.push_str("}\n");
         Ok(out)

@@ -77,11 +77,15 @@
 //! host's 33.7 W for 4 busy CPUs of an otherwise idle host).
 
 mod clamp;
+mod counters;
 mod index;
 mod procfs;
 mod select;
 mod spec;
 
+pub use counters::{
+    rounded_weights, with_counters, with_counters_in, CounterIndex, COUNTER_MODEL_PATH,
+};
 pub use index::{
     embedded_index, round_sig, trainer_for, weight_json, Affine, BuiltinIndex, CurveParams,
     Fallback, FallbackCurve, FamilyIndex, NodeType, StatedError, INDEX_FORMAT, LINEAR_TRAINER,

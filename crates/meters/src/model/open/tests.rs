@@ -57,6 +57,10 @@ fn the_builtin_model_follows_the_host() {
     assert_eq!(bare.output(), OutputType::Abs);
     let detail = bare.detail().unwrap();
     assert!(detail.contains("intel_xeon_platinum_8259cl"), "{detail}");
+    // The zones carry the selection's reason, for kepler_node_cpu_zone_info.
+    let reason = bare.meta().reason.unwrap();
+    assert!(reason.contains("8259CL"), "{reason}");
+    assert!(detail.contains(&*reason), "{detail} lacks {reason}");
     // The built-in DRAM estimate is withheld (see the index), and says so.
     let withheld = &kepler_models::builtin::embedded_index()
         .unwrap()
@@ -115,6 +119,8 @@ fn a_model_file_is_watched_and_its_features_checked() {
     let meter = open_model_meter(&settings, &host(&dir, false), CPU_TIME, &background).unwrap();
     assert_eq!(meter.model_name(), "SGDRegressorTrainer_0");
     assert!(meter.detail().unwrap().contains("model file"));
+    let reason = meter.meta().reason.unwrap();
+    assert_eq!(&*reason, format!("model file {}", path.display()));
     assert!(
         background.take().is_empty(),
         "a local file needs no download"
@@ -226,4 +232,58 @@ fn builtin_estimates_state_the_expected_error_of_their_model() {
     };
     let meter = open_model_meter(&file, &host(&dir, false), CPU_TIME, &background).unwrap();
     assert!(meter.meta().expected_error.is_empty());
+}
+
+#[test]
+fn a_url_reason_leaves_credentials_out() {
+    assert_eq!(
+        without_userinfo("model server https://u:secret@h:8100/x@y"),
+        "model server https://h:8100/x@y"
+    );
+    assert_eq!(without_userinfo("http://h/m.json"), "http://h/m.json");
+    assert_eq!(without_userinfo("model file /a@b"), "model file /a@b");
+}
+
+#[test]
+fn a_source_with_hardware_counters_gets_the_counter_model() {
+    let dir = tempfile::tempdir().unwrap();
+    let background = Background::new();
+    let settings = EstimatorSettings::default();
+    let counters = [
+        Feature::BpfCpuTimeMs,
+        Feature::CacheMiss,
+        Feature::CpuCycles,
+        Feature::CpuInstructions,
+    ];
+    let with = open_model_meter(&settings, &host(&dir, false), &counters, &background).unwrap();
+    let without = open_model_meter(&settings, &host(&dir, false), CPU_TIME, &background).unwrap();
+    assert!(
+        with.model_name().starts_with("builtin/nx12/"),
+        "{}",
+        with.model_name()
+    );
+    assert!(without.model_name().starts_with("builtin/aws/"));
+    // The counter model estimates package only, and states its own error.
+    assert_eq!(with.zones(), ["package"]);
+    let reason = with.meta().reason.unwrap();
+    assert!(reason.starts_with("hardware counters ("), "{reason}");
+    assert!(reason.contains(without.model_name()), "{reason}");
+    let stated = &with.meta().expected_error;
+    let index = kepler_models::builtin::embedded_index().unwrap();
+    let want = &index.counters.as_ref().unwrap().expected_error["package"];
+    assert_eq!(stated.len(), 1);
+    assert!((stated[0].mae.0 - want.mae_w).abs() < 1e-12);
+    assert!(with.detail().unwrap().contains("hardware counters"));
+
+    // Some counters but not all: the busy-time model, not a model fed invented values.
+    let partial = [Feature::BpfCpuTimeMs, Feature::CpuInstructions];
+    let meter = open_model_meter(&settings, &host(&dir, false), &partial, &background).unwrap();
+    assert!(meter.model_name().starts_with("builtin/aws/"));
+    // Platform power has no counter model.
+    let platform = EstimatorSettings {
+        family: BuiltinFamily::Platform,
+        ..EstimatorSettings::default()
+    };
+    let meter = open_model_meter(&platform, &host(&dir, false), &counters, &background).unwrap();
+    assert!(meter.model_name().starts_with("builtin/specpower/"));
 }
