@@ -23,6 +23,9 @@ const FILE: &str = "preprocess_abs_default_rapl_Basic.csv";
 const SEED: u64 = 42;
 const TEST_FRACTION: f64 = 0.2;
 
+/// MAE (W) and MAPE (%) of one component.
+pub type Score = (f64, f64);
+
 /// The trained model file's text and its index section.
 pub struct Trained {
     pub path: PathBuf,
@@ -30,11 +33,11 @@ pub struct Trained {
     pub index: CounterIndex,
     /// (component, counter model MAE W / MAPE %, busy-time fallback MAE W / MAPE %) on the
     /// same held-back rows, for the log and the docs.
-    pub comparison: Vec<(String, (f64, f64), (f64, f64))>,
+    pub comparison: Vec<(String, Score, Score)>,
 }
 
 /// MAE (W) and MAPE (%, over samples of at least 1 W, as the trainer counts it).
-fn score(points: &[(f64, f64)]) -> (f64, f64) {
+fn score(points: &[(f64, f64)]) -> Score {
     let n = points.len().max(1) as f64;
     let mae = points.iter().map(|(m, p)| (p - m).abs()).sum::<f64>() / n;
     let big: Vec<&(f64, f64)> = points.iter().filter(|(m, _)| *m >= 1.0).collect();
