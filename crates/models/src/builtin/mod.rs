@@ -7,7 +7,10 @@
 //! - **`platform` family** (`platform`, ACPI-like wall power): SPECpower_ssj2008 results,
 //!   idle and 100 % watts per server (CPU model, threads, sockets, memory).
 //!
-//! Every model reads one feature, `bpf_cpu_time_ms` (busy CPU ms per second over all
+//! - **counter built-in** (`package`, [`with_counters`]): for hosts whose usage source has
+//!   cycles, instructions and cache misses, a line on them trained on nx12 (kepler-model-db).
+//!
+//! Every busy-time model reads one feature, `bpf_cpu_time_ms` (busy CPU ms per second over all
 //! logical CPUs), as utilisation `u = x / (1000 × logical CPUs)`, and is a model-DB weight
 //! JSON (logarithmic `CurveFit_Weights` for `rapl`, linear weights for `platform`); the
 //! index ([`BuiltinIndex`]) holds the curve ends and shape per node type.
