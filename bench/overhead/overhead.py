@@ -95,6 +95,15 @@ def free_port():
         return s.getsockname()[1]
 
 
+def read_ctxt():
+    """The machine's context switches so far: each one runs the eBPF agents' programs."""
+    with open("/proc/stat") as f:
+        for line in f:
+            if line.startswith("ctxt "):
+                return int(line.split()[1])
+    return 0
+
+
 def read_loadavg():
     with open("/proc/loadavg") as f:
         return float(f.read().split()[0])
@@ -447,9 +456,11 @@ def measure(opts, round_no, load_name, agent_order, fixture, workdir, cgroup_par
             threads.append(t)
         time.sleep(opts.warmup)
         w0 = time.monotonic()
+        ctxt0 = read_ctxt()
         before = {a.name: a.sample() for a in agents}
         time.sleep(opts.window)
         after = {a.name: a.sample() for a in agents}
+        ctxt1 = read_ctxt()
         w1 = time.monotonic()
         loadavg = read_loadavg()
         rss = {a.name: a.rss_mib() for a in agents}
@@ -485,6 +496,7 @@ def measure(opts, round_no, load_name, agent_order, fixture, workdir, cgroup_par
             "scrapes": len(good),
             "failed_scrapes": len(inside) - len(good),
             "loadavg": loadavg,
+            "switches_per_s": (ctxt1 - ctxt0) / elapsed,
             "churn_rate": load.rate,
         }
         out.write(json.dumps(row) + "\n")
@@ -552,7 +564,8 @@ def main(argv):
     )
     if opts.dry_run:
         for r, load, order in steps:
-            print(f"round {r}: {load:<9} {LOADS[load]} agents {[a[0] for a in order]}")
+            extra = " ".join(LOADS[load] or ["no", "extra", "load"])
+            print(f"round {r}: {load:<9} ({extra}) agents {' '.join(a[0] for a in order)}")
         return 0
     if os.geteuid() != 0:
         raise BenchError("needs root: eBPF, a mount namespace for Scaphandre, cgroups")
