@@ -141,3 +141,25 @@ for group in GROUPS:
         print(f"| {group} | {trainer} | {fit_s*1000:.1f} | {o_fit*1000:.1f} | "
               f"{speedup} | {mae:.2f} | {o_mae:.2f} |")
 print(f"| all | | {tot_py*1000:.1f} | {tot_ours*1000:.1f} | {tot_py/max(tot_ours,1e-9):.0f}× | | |")
+
+# Our XGBoost archives, loaded by XGBoost itself: the same held-back MAE means the JSON we
+# write is a model XGBoost reads and predicts as we do.
+import os
+import tempfile
+import zipfile
+
+pipeline = os.path.dirname(ours_csv.split(",")[0])
+for group in GROUPS:
+    archive = os.path.join(pipeline, "rapl-sysfs", "AbsPower", group, "XgboostFitTrainer_0.zip")
+    X = np.column_stack([col(f) for f in GROUPS[group]])
+    maes = {}
+    with zipfile.ZipFile(archive) as z, tempfile.TemporaryDirectory() as tmp:
+        for comp in COMPONENTS:
+            path = os.path.join(tmp, comp + ".json")
+            with open(path, "wb") as f:
+                f.write(z.read(comp + ".json"))
+            booster = xgboost.Booster(model_file=path)
+            p = np.maximum(booster.predict(xgboost.DMatrix(X[test])), 0)
+            maes[comp] = float(np.mean(np.abs(col(comp + "_power")[test] - p)))
+    print(f"{group}: our XgboostFitTrainer_0.zip loaded by xgboost {xgboost.__version__}: "
+          f"MAE {max(maes.values()):.2f} W (ours: {ours[(group, 'XgboostFitTrainer')][1]:.2f} W)")
