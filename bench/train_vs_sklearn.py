@@ -78,9 +78,12 @@ def fit_predict(trainer, group):
             m = LinearRegression(positive=True).fit(Xs[train], y[train])
         elif trainer == "RidgeRegressionTrainer":
             m = Ridge(alpha=1.0).fit(Xs[train], y[train])
-        elif trainer == "XgboostFitTrainer":
+        elif trainer.startswith("XgboostFitTrainer"):
+            # Ours grows from 256 quantile bins per feature (exact for features with fewer
+            # distinct values); compared with both of XGBoost's single-machine methods.
+            method = "hist" if trainer.endswith("(hist)") else "exact"
             m = xgboost.XGBRegressor(n_estimators=100, max_depth=6, learning_rate=0.3,
-                                     tree_method="exact", n_jobs=1)
+                                     tree_method=method, max_bin=256, n_jobs=1)
             m.fit(X[train], y[train])
         else:
             f, p0 = {
@@ -93,7 +96,7 @@ def fit_predict(trainer, group):
             except RuntimeError:
                 params = None
         fit_s += time.perf_counter() - t0
-        if trainer == "XgboostFitTrainer":
+        if trainer.startswith("XgboostFitTrainer"):
             p = m.predict(X[test])
         elif trainer in ("LinearRegressionTrainer", "NNLSRegressionTrainer", "RidgeRegressionTrainer"):
             p = m.predict(Xs[test])
@@ -122,14 +125,41 @@ tot_py = tot_ours = 0.0
 for group in GROUPS:
     for trainer in ["LinearRegressionTrainer", "NNLSRegressionTrainer", "RidgeRegressionTrainer",
                     "LogarithmicRegressionTrainer", "ExponentialRegressionTrainer",
-                    "LogisticRegressionTrainer", "XgboostFitTrainer"]:
+                    "LogisticRegressionTrainer", "XgboostFitTrainer (exact)",
+                    "XgboostFitTrainer (hist)"]:
         # Best of 3 runs on each side.
         runs = [fit_predict(trainer, group) for _ in range(3)]
         fit_s = min(r[0] for r in runs)
         mae = runs[0][1]
-        o_fit, o_mae = ours[(group, trainer)]
-        tot_py += fit_s
-        tot_ours += o_fit
+        o_fit, o_mae = ours[(group, trainer.split(" ")[0])]
+        # Totals count each of our models once, against XGBoost's exact method.
+        if not trainer.endswith("(hist)"):
+            tot_py += fit_s
+            tot_ours += o_fit
+        # Our table keeps 0.1 ms: a fit under that is a bound, not a ratio.
+        speedup = f"{fit_s/o_fit:.0f}×" if o_fit >= 1e-4 else f"> {fit_s/1e-4:.0f}×"
         print(f"| {group} | {trainer} | {fit_s*1000:.1f} | {o_fit*1000:.1f} | "
-              f"{fit_s/max(o_fit,1e-9):.0f}× | {mae:.2f} | {o_mae:.2f} |")
+              f"{speedup} | {mae:.2f} | {o_mae:.2f} |")
 print(f"| all | | {tot_py*1000:.1f} | {tot_ours*1000:.1f} | {tot_py/max(tot_ours,1e-9):.0f}× | | |")
+
+# Our XGBoost archives, loaded by XGBoost itself: the same held-back MAE means the JSON we
+# write is a model XGBoost reads and predicts as we do.
+import os
+import tempfile
+import zipfile
+
+pipeline = os.path.dirname(ours_csv.split(",")[0])
+for group in GROUPS:
+    archive = os.path.join(pipeline, "rapl-sysfs", "AbsPower", group, "XgboostFitTrainer_0.zip")
+    X = np.column_stack([col(f) for f in GROUPS[group]])
+    maes = {}
+    with zipfile.ZipFile(archive) as z, tempfile.TemporaryDirectory() as tmp:
+        for comp in COMPONENTS:
+            path = os.path.join(tmp, comp + ".json")
+            with open(path, "wb") as f:
+                f.write(z.read(comp + ".json"))
+            booster = xgboost.Booster(model_file=path)
+            p = np.maximum(booster.predict(xgboost.DMatrix(X[test])), 0)
+            maes[comp] = float(np.mean(np.abs(col(comp + "_power")[test] - p)))
+    print(f"{group}: our XgboostFitTrainer_0.zip loaded by xgboost {xgboost.__version__}: "
+          f"MAE {max(maes.values()):.2f} W (ours: {ours[(group, 'XgboostFitTrainer')][1]:.2f} W)")

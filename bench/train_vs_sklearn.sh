@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Training speed and accuracy: `kepler-model-server train` against scikit-learn / SciPy /
 # XGBoost (installed from PyPI into a virtual environment) on the nx12 RAPL data, same rows,
-# same seeded split, same model settings (XGBoost defaults, exact trees, one thread; Ridge
-# alpha 1 on MaxAbs-scaled features). Fit times only (our metadata table's fit_seconds, the
+# same seeded split, same model settings (XGBoost defaults, one thread, against both its exact
+# and its hist tree method; Ridge alpha 1 on MaxAbs-scaled features). Fit times only (our metadata table's fit_seconds, the
 # Python fit calls), AbsPower package + dram, MAE = the worse of the two components.
 # Usage: bash bench/train_vs_sklearn.sh [SEED]   (VENV=dir to reuse a virtual environment)
 set -euo pipefail

@@ -86,6 +86,38 @@ fn trained_models_are_served_and_load_as_an_agent_loads_them() {
     assert_eq!(rows.len(), 9);
     let report = std::fs::read_to_string(pipeline.join("report.html")).unwrap();
     assert!(report.contains("<svg") && !report.contains("src=") && !report.contains("<script"));
+    // The best model of each output type and feature group (3 × 2) gets a predicted-vs-
+    // measured and a residual plot per component that varies (package and dram: core and
+    // uncore read 0 W on nx12), each with one dot per held-back row and labelled axes.
+    let meta: Value =
+        serde_json::from_slice(&std::fs::read(pipeline.join("metadata.json")).unwrap()).unwrap();
+    let held_back = meta["test_rows"].as_u64().unwrap() as usize;
+    let plots: Vec<&str> = report.split("<svg").skip(1).collect();
+    assert_eq!(plots.len(), 3 * 2 * 2 * 2);
+    let mut titles = Vec::new();
+    for plot in &plots {
+        let plot = &plot[..plot.find("</svg>").unwrap()];
+        assert_eq!(plot.matches("<circle").count(), held_back);
+        // SVG text: the title, both axis names and tick labels.
+        let texts: Vec<&str> = plot
+            .split("<text")
+            .skip(1)
+            .filter_map(|t| Some(t[t.find('>')? + 1..t.find("</text>")?].trim()))
+            .collect();
+        assert!(texts.contains(&"measured W"), "{texts:?}");
+        assert!(texts.len() >= 6, "{texts:?}");
+        titles.push(texts[0]);
+    }
+    for c in ["package", "dram"] {
+        for kind in ["predicted vs measured", "residual"] {
+            let title = format!("{c}: {kind}");
+            assert_eq!(
+                titles.iter().filter(|t| **t == title).count(),
+                6,
+                "{titles:?}"
+            );
+        }
+    }
 
     let server = serve(&out, &[]);
     let features = ["cpu_cycles", "cpu_instructions", "cache_miss"];
@@ -367,4 +399,123 @@ fn a_prometheus_that_never_answers_times_out_clearly() {
     failed_with(&res, "no answer within 1s");
     assert!(started.elapsed() < Duration::from_secs(60));
     assert!(!out.exists());
+}
+
+/// `count_over_time` of the agent's package counter over the last 10 minutes: how many
+/// scrapes Prometheus holds.
+fn scraped_samples(prom: &str) -> usize {
+    let url = format!("{prom}/api/v1/query?query=count_over_time(kepler_node_cpu_joules_total%7Bzone%3D%22package%22%7D%5B10m%5D)");
+    let body: Value = client()
+        .get(url)
+        .send()
+        .and_then(|r| r.json())
+        .unwrap_or(Value::Null);
+    body["data"]["result"][0]["value"][1]
+        .as_str()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0)
+}
+
+/// A real Prometheus scrapes a metered agent with `ebpf.exportFeatures`; `train
+/// --prometheus` fetches its range, trains and writes models whose table MAE is the MAE of
+/// the written file on the held-back rows of the seeded split, recomputed here from the
+/// rows it saved with `--save-data` and the library's split.
+#[test]
+fn train_from_a_live_prometheus_measures_on_held_back_rows() {
+    use support::powercap::{Agent, LoadPowercap};
+    use support::prometheus::{have, skip, start_prometheus};
+    if !have("prometheus") {
+        skip("SKIP: prometheus not installed (bash scripts/setup.sh installs it)");
+        return;
+    }
+    let work = tempfile::tempdir().unwrap();
+    let sysfs = tempfile::tempdir_in("/dev/shm").unwrap_or_else(|_| tempfile::tempdir().unwrap());
+    let _sim = LoadPowercap::start(sysfs.path());
+    let agent = Agent::start(
+        work.path(),
+        "metered",
+        sysfs.path(),
+        "ebpf:\n  enabled: false\n  exportFeatures: true\nmonitor:\n  interval: 1s\n",
+    );
+    let (_prometheus, port) = start_prometheus(work.path(), &[agent.port]);
+    let prom = format!("http://127.0.0.1:{port}");
+    // 40 scrapes give ~40 rows at a 1 s step: 8 held back.
+    let deadline = Instant::now() + Duration::from_secs(240);
+    while scraped_samples(&prom) < 40 {
+        assert!(Instant::now() < deadline, "Prometheus scraped too little");
+        std::thread::sleep(Duration::from_secs(1));
+    }
+    let out = work.path().join("models");
+    let saved = work.path().join("rows.csv");
+    ok(&train(&[
+        "--prometheus",
+        &prom,
+        "--since",
+        "10m",
+        "--step",
+        "1s",
+        "--source",
+        "rapl-sysfs",
+        "--out",
+        out.to_str().unwrap(),
+        "--trainers",
+        "ols,xgboost",
+        "--save-data",
+        saved.to_str().unwrap(),
+    ]));
+    let pipeline = out.join("kepler-rs");
+    let meta: Value =
+        serde_json::from_slice(&std::fs::read(pipeline.join("metadata.json")).unwrap()).unwrap();
+    let data = kepler_models::dataset::Dataset::read_csv_file(&saved).unwrap();
+    assert_eq!(meta["rows"], json!(data.len()));
+    let (train_rows, test_rows) = kepler_models::train::split(data.len(), 42, 0.2);
+    assert_eq!(meta["test_rows"], json!(test_rows.len()));
+    assert_eq!(meta["train_rows"], json!(train_rows.len()));
+    assert!(!test_rows.is_empty() && test_rows.iter().all(|r| !train_rows.contains(r)));
+
+    let rows = table(&pipeline.join("rapl-sysfs_AbsPower_model_metadata.csv"));
+    assert!(rows.len() >= 2, "{rows:?}");
+    for row in &rows {
+        let file = pipeline
+            .join("rapl-sysfs/AbsPower")
+            .join(&row["feature_group"])
+            .join(&row["model_file"]);
+        let model = kepler_models::load_model_bytes(
+            &std::fs::read(&file).unwrap(),
+            Some(&row["model_file"]),
+            None,
+        )
+        .unwrap();
+        // Mean absolute error per component over `rows`, as the table rounds it.
+        let mae = |rows: &[usize]| -> Vec<(String, f64)> {
+            let mut err: Vec<(String, f64)> = Vec::new();
+            for &r in rows {
+                let input: Vec<(kepler_models::Feature, f64)> = model
+                    .features()
+                    .into_iter()
+                    .map(|f| (f, data.feature(f).unwrap()[r]))
+                    .collect();
+                for (c, w) in model.predict(&input).unwrap() {
+                    let measured = data.power.iter().find(|(n, _)| *n == c).unwrap().1[r];
+                    match err.iter_mut().find(|(n, _)| *n == c) {
+                        Some(e) => e.1 += (w - measured).abs() / rows.len() as f64,
+                        None => err.push((c, (w - measured).abs() / rows.len() as f64)),
+                    }
+                }
+            }
+            err
+        };
+        let held_back = mae(&test_rows);
+        for (c, e) in &held_back {
+            let logged: f64 = row[&format!("{c}_mae")].parse().unwrap();
+            assert!(
+                (logged - e).abs() <= 0.0051,
+                "{} {c}: table {logged}, held-back rows {e}",
+                row["model_name"]
+            );
+        }
+        let worst = held_back.iter().map(|(_, e)| *e).fold(0.0, f64::max);
+        let logged: f64 = row["mae"].parse().unwrap();
+        assert!((logged - worst).abs() <= 0.0051, "{row:?}");
+    }
 }

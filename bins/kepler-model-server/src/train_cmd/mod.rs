@@ -131,6 +131,11 @@ pub struct TrainCmdArgs {
     /// Write the accuracy tables into this Markdown file, replacing its generated section.
     #[arg(long, value_name = "FILE")]
     pub markdown: Option<PathBuf>,
+
+    /// Also write the rows the models were trained and tested on as a dataset CSV (what
+    /// `--input` reads): a `--prometheus` run can be repeated or checked offline.
+    #[arg(long, value_name = "FILE")]
+    pub save_data: Option<PathBuf>,
 }
 
 pub fn run(args: &TrainCmdArgs) -> Result<()> {
@@ -153,6 +158,12 @@ pub fn run(args: &TrainCmdArgs) -> Result<()> {
         );
     }
     keep_source_components(&mut data, args.source)?;
+    if let Some(path) = &args.save_data {
+        let file =
+            std::fs::File::create(path).with_context(|| format!("creating {}", path.display()))?;
+        data.write_csv(std::io::BufWriter::new(file))
+            .with_context(|| format!("writing {}", path.display()))?;
+    }
     let opts = TrainOptions {
         seed: args.seed,
         test_fraction: args.test_fraction,

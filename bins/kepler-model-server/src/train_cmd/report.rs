@@ -2,16 +2,18 @@
 //! files) with every model's accuracy and, for the best model of each output type and
 //! feature group, predicted-vs-measured and residual plots per component.
 //!
-//! The plots are drawn as SVG here rather than with a plotting crate: two scatter kinds
-//! with axes need ~100 lines, while plotters' SVG text layout pulls in font handling.
+//! The plots are drawn by plotters' SVG backend into strings embedded in the page; their
+//! text is SVG `<text>`, rendered by the browser with its own fonts.
 
 use std::fmt::Write;
 
+use plotters::prelude::*;
+
 use kepler_models::train::{TrainReport, TrainedModel};
 
-const W: f64 = 360.0;
-const H: f64 = 260.0;
-const PAD: f64 = 44.0;
+/// Plot size in pixels.
+const W: u32 = 380;
+const H: u32 = 280;
 
 fn esc(s: &str) -> String {
     s.replace('&', "&amp;")
@@ -136,8 +138,8 @@ fn best_per_group(r: &TrainReport) -> Vec<&TrainedModel> {
     best
 }
 
-/// A scatter plot with axes, tick labels at both ends and, for predicted-vs-measured, the
-/// y = x line.
+/// A scatter plot with axes and, for predicted-vs-measured, the y = x line (else y = 0),
+/// as an `<svg>` element; a note instead when plotters cannot draw it.
 fn scatter(title: &str, pts: &[(f64, f64)], xl: &str, yl: &str, diagonal: bool) -> String {
     let finite: Vec<(f64, f64)> = pts
         .iter()
@@ -162,56 +164,69 @@ fn scatter(title: &str, pts: &[(f64, f64)], xl: &str, yl: &str, diagonal: bool) 
         (x0, x1) = (x0.min(y0), x1.max(y1));
         (y0, y1) = (x0, x1);
     }
-    let sx = |x: f64| PAD + (x - x0) / (x1 - x0) * (W - PAD - 10.0);
-    let sy = |y: f64| H - PAD - (y - y0) / (y1 - y0) * (H - PAD - 24.0);
-    let mut s = String::new();
-    let _ = write!(
-        s,
-        "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{W}\" height=\"{H}\" \
-         font-size=\"10\"><text x=\"{}\" y=\"14\" text-anchor=\"middle\" font-size=\"12\">{}</text>\
-         <line x1=\"{PAD}\" y1=\"{b}\" x2=\"{r}\" y2=\"{b}\" stroke=\"#000\"/>\
-         <line x1=\"{PAD}\" y1=\"24\" x2=\"{PAD}\" y2=\"{b}\" stroke=\"#000\"/>\
-         <text x=\"{PAD}\" y=\"{t1}\">{x0:.1}</text><text x=\"{r}\" y=\"{t1}\" text-anchor=\"end\">{x1:.1}</text>\
-         <text x=\"{}\" y=\"{t2}\" text-anchor=\"middle\">{}</text>\
-         <text x=\"{l}\" y=\"{b}\" text-anchor=\"end\">{y0:.1}</text><text x=\"{l}\" y=\"30\" text-anchor=\"end\">{y1:.1}</text>\
-         <text transform=\"translate(10 {}) rotate(-90)\" text-anchor=\"middle\">{}</text>",
-        W / 2.0,
-        esc(title),
-        (PAD + W - 10.0) / 2.0,
-        esc(xl),
-        (H - PAD + 24.0) / 2.0,
-        esc(yl),
-        b = H - PAD,
-        r = W - 10.0,
-        t1 = H - PAD + 12.0,
-        t2 = H - PAD + 26.0,
-        l = PAD - 2.0,
+    let reference = if diagonal {
+        Some([(x0, x0), (x1, x1)])
+    } else {
+        (y0 < 0.0 && y1 > 0.0).then_some([(x0, 0.0), (x1, 0.0)])
+    };
+    let mut svg = String::new();
+    let drawn = draw(
+        &mut svg,
+        title,
+        (x0..x1, y0..y1),
+        (xl, yl),
+        reference,
+        &finite,
     );
-    if diagonal {
-        let _ = write!(
-            s,
-            "<line x1=\"{}\" y1=\"{}\" x2=\"{}\" y2=\"{}\" stroke=\"#c00\"/>",
-            sx(x0),
-            sy(x0),
-            sx(x1),
-            sy(x1)
-        );
-    } else if y0 < 0.0 && y1 > 0.0 {
-        let _ = write!(
-            s,
-            "<line x1=\"{PAD}\" y1=\"{z}\" x2=\"{}\" y2=\"{z}\" stroke=\"#c00\"/>",
-            W - 10.0,
-            z = sy(0.0)
-        );
+    match drawn {
+        Ok(()) => svg,
+        Err(e) => format!(
+            "<p class=\"no\">{}: plot failed: {}</p>",
+            esc(title),
+            esc(&e)
+        ),
     }
-    for (x, y) in &finite {
-        let _ = write!(
-            s,
-            "<circle cx=\"{:.1}\" cy=\"{:.1}\" r=\"1.6\" fill=\"#1f5fa8\" fill-opacity=\"0.5\"/>",
-            sx(*x),
-            sy(*y)
-        );
+}
+
+fn draw(
+    svg: &mut String,
+    title: &str,
+    (xr, yr): (std::ops::Range<f64>, std::ops::Range<f64>),
+    (xl, yl): (&str, &str),
+    reference: Option<[(f64, f64); 2]>,
+    pts: &[(f64, f64)],
+) -> Result<(), String> {
+    let err = |e: &dyn std::fmt::Display| e.to_string();
+    let root = SVGBackend::with_string(svg, (W, H)).into_drawing_area();
+    root.fill(&WHITE).map_err(|e| err(&e))?;
+    let mut chart = ChartBuilder::on(&root)
+        .caption(title, ("sans-serif", 17))
+        .margin(8)
+        .x_label_area_size(34)
+        .y_label_area_size(46)
+        .build_cartesian_2d(xr, yr)
+        .map_err(|e| err(&e))?;
+    chart
+        .configure_mesh()
+        .x_desc(xl)
+        .y_desc(yl)
+        .x_labels(5)
+        .y_labels(5)
+        .max_light_lines(0)
+        .bold_line_style(RGBColor(230, 230, 230))
+        .label_style(("sans-serif", 13))
+        .axis_desc_style(("sans-serif", 13))
+        .draw()
+        .map_err(|e| err(&e))?;
+    if let Some(line) = reference {
+        chart
+            .draw_series(LineSeries::new(line, RED))
+            .map_err(|e| err(&e))?;
     }
-    s.push_str("</svg>");
-    s
+    let dot = RGBColor(31, 95, 168).mix(0.5).filled();
+    chart
+        .draw_series(pts.iter().map(|p| Circle::new(*p, 2, dot)))
+        .map_err(|e| err(&e))?;
+    root.present().map_err(|e| err(&e))?;
+    Ok(())
 }

@@ -120,3 +120,4 @@ pub fn client() -> reqwest::blocking::Client {
 }
 
 pub mod powercap;
+pub mod prometheus;

@@ -119,8 +119,11 @@ pub(crate) fn shuffled(n: usize, seed: u64) -> Vec<usize> {
     idx
 }
 
-/// (train, test) rows: a seeded shuffle, the first `test_fraction` held back.
-pub(crate) fn split(n: usize, seed: u64, test_fraction: f64) -> (Vec<usize>, Vec<usize>) {
+/// (train, test) row indices of a dataset of `n` rows, as [`train_all`](super::train_all)
+/// splits it with [`TrainOptions::seed`](super::TrainOptions::seed) and
+/// [`TrainOptions::test_fraction`](super::TrainOptions::test_fraction): a seeded shuffle,
+/// the first `test_fraction` held back. Both sorted.
+pub fn split(n: usize, seed: u64, test_fraction: f64) -> (Vec<usize>, Vec<usize>) {
     let idx = shuffled(n, seed);
     let test = ((n as f64 * test_fraction).round() as usize).clamp(1, n.saturating_sub(1));
     let (t, r) = idx.split_at(test);

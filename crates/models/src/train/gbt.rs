@@ -1,16 +1,20 @@
-//! Gradient-boosted regression trees (squared error), XGBoost's exact greedy algorithm with
-//! its defaults, written in XGBoost's JSON model format.
+//! Gradient-boosted regression trees (squared error) with XGBoost's defaults, grown from
+//! gradient histograms over quantile bins (XGBoost's `hist` method; exact greedy for every
+//! feature with at most `max_bin` distinct values), written in XGBoost's JSON model format.
 //!
 //! Inputs are compared as `f32` with `x < threshold` going left, as XGBoost's predictor does,
 //! and thresholds are feature values seen in training, so a tree routes every training row
 //! at inference exactly as it did while it was grown. Trees are grown on raw feature values
 //! (trees do not care about scale), so the archive needs no scaler.
 
-// Index loops here read as the matrix formulas they implement.
-#![allow(clippy::needless_range_loop)]
+mod bins;
+mod grow;
 
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
+
+use bins::Binned;
+use grow::{grow, Workspace};
 
 /// Booster settings; defaults are XGBoost's (`XGBRegressor()`), so the benchmark compares
 /// like with like.
@@ -22,6 +26,14 @@ pub struct GbtParams {
     /// L2 penalty on leaf weights (`reg_lambda`).
     pub lambda: f64,
     pub min_child_weight: f64,
+    /// Bins per feature for the split search (XGBoost's `max_bin`); a feature with at most
+    /// this many distinct values is searched exactly. Clamped to 2..=65536.
+    #[serde(default = "default_max_bin")]
+    pub max_bin: usize,
+}
+
+fn default_max_bin() -> usize {
+    256
 }
 
 impl Default for GbtParams {
@@ -32,6 +44,7 @@ impl Default for GbtParams {
             learning_rate: 0.3,
             lambda: 1.0,
             min_child_weight: 1.0,
+            max_bin: default_max_bin(),
         }
     }
 }
@@ -50,19 +63,30 @@ struct Tree {
     hess: Vec<f32>,
 }
 
+impl Tree {
+    fn len(&self) -> usize {
+        self.left.len()
+    }
+
+    /// Appends a node with gradient sums `(g, h)`; a leaf until it is split.
+    fn push(&mut self, parent: i64, g: f64, h: f64, lambda: f64) {
+        self.left.push(-1);
+        self.right.push(-1);
+        self.parent.push(parent);
+        self.feature.push(0);
+        self.cond.push(0.0);
+        self.base_weight.push((-g / (h + lambda)) as f32);
+        self.loss_change.push(0.0);
+        self.hess.push(h as f32);
+    }
+}
+
 /// A fitted booster.
 #[derive(Debug)]
 pub(crate) struct Booster {
     base_score: f32,
     num_feature: usize,
     trees: Vec<Tree>,
-}
-
-#[derive(Clone, Copy)]
-struct Best {
-    gain: f64,
-    feature: usize,
-    threshold: f32,
 }
 
 /// Fits a booster to `cols` (features, each as long as `y`) and `y`.
@@ -72,157 +96,23 @@ pub(crate) fn fit(cols: &[Vec<f64>], y: &[f64], params: &GbtParams) -> Booster {
         .iter()
         .map(|c| c.iter().map(|v| *v as f32).collect())
         .collect();
-    // Per feature, (value, row) sorted by value: the split search reads them in order.
-    let order: Vec<Vec<(f32, usize)>> = xs
-        .iter()
-        .map(|c| {
-            let mut idx: Vec<(f32, usize)> = c.iter().copied().zip(0..n).collect();
-            idx.sort_by(|a, b| a.0.total_cmp(&b.0));
-            idx
-        })
-        .collect();
+    let data = Binned::new(&xs, n, params.max_bin);
     let base_score = (y.iter().sum::<f64>() / n.max(1) as f64) as f32;
     let mut pred = vec![f64::from(base_score); n];
-    let mut trees = Vec::with_capacity(params.n_trees);
     let mut grad = vec![0.0; n];
-    let mut node_of = vec![0usize; n];
+    let mut ws = Workspace::default();
+    let mut trees = Vec::with_capacity(params.n_trees);
     for _ in 0..params.n_trees {
-        for i in 0..n {
-            grad[i] = pred[i] - y[i];
+        for ((g, p), y) in grad.iter_mut().zip(&pred).zip(y) {
+            *g = p - y;
         }
-        let tree = grow(&xs, &order, &grad, params, &mut node_of);
-        for i in 0..n {
-            pred[i] += f64::from(tree.cond[node_of[i]]);
-        }
-        trees.push(tree);
+        trees.push(grow(&data, &grad, params, &mut ws, &mut pred));
     }
     Booster {
         base_score,
         num_feature: cols.len(),
         trees,
     }
-}
-
-/// Grows one tree level by level; leaves `node_of[i]` at row i's leaf.
-fn grow(
-    xs: &[Vec<f32>],
-    order: &[Vec<(f32, usize)>],
-    grad: &[f64],
-    p: &GbtParams,
-    node_of: &mut [usize],
-) -> Tree {
-    let n = grad.len();
-    let mut t = Tree::default();
-    let mut g_sum = vec![grad.iter().sum::<f64>()];
-    let mut h_sum = vec![n as f64];
-    t.parent.push(i64::from(i32::MAX));
-    node_of.iter_mut().for_each(|v| *v = 0);
-    let score = |g: f64, h: f64| g * g / (h + p.lambda);
-    let mut open: Vec<usize> = vec![0];
-    let push_node = |t: &mut Tree, parent: usize, g: f64, h: f64| {
-        t.left.push(-1);
-        t.right.push(-1);
-        t.parent.push(parent as i64);
-        t.feature.push(0);
-        t.cond.push(0.0);
-        t.base_weight.push((-g / (h + p.lambda)) as f32);
-        t.loss_change.push(0.0);
-        t.hess.push(h as f32);
-    };
-    t.left.push(-1);
-    t.right.push(-1);
-    t.feature.push(0);
-    t.cond.push(0.0);
-    t.base_weight
-        .push((-g_sum[0] / (h_sum[0] + p.lambda)) as f32);
-    t.loss_change.push(0.0);
-    t.hess.push(n as f32);
-    for _depth in 0..p.max_depth {
-        if open.is_empty() {
-            break;
-        }
-        let total = t.left.len();
-        let mut best: Vec<Option<Best>> = vec![None; total];
-        let is_open: Vec<bool> = (0..total).map(|k| open.contains(&k)).collect();
-        let parent_score: Vec<f64> = (0..total).map(|k| score(g_sum[k], h_sum[k])).collect();
-        for (f, idx) in order.iter().enumerate() {
-            let mut gl = vec![0.0; total];
-            let mut hl = vec![0.0; total];
-            let mut last: Vec<Option<f32>> = vec![None; total];
-            for &(v, i) in idx {
-                let k = node_of[i];
-                if !is_open[k] {
-                    continue;
-                }
-                if last[k].is_some_and(|l| l < v) {
-                    let (gr, hr) = (g_sum[k] - gl[k], h_sum[k] - hl[k]);
-                    if hl[k] >= p.min_child_weight && hr >= p.min_child_weight {
-                        let gain = score(gl[k], hl[k]) + score(gr, hr) - parent_score[k];
-                        if best[k].is_none_or(|b| gain > b.gain) {
-                            best[k] = Some(Best {
-                                gain,
-                                feature: f,
-                                threshold: v,
-                            });
-                        }
-                    }
-                }
-                last[k] = Some(v);
-                gl[k] += grad[i];
-                hl[k] += 1.0;
-            }
-        }
-        let mut next = Vec::new();
-        let mut children = vec![(0usize, 0usize); total];
-        for &k in &open {
-            let Some(b) = best[k].filter(|b| b.gain > 1e-6) else {
-                continue;
-            };
-            let (l, r) = (t.left.len(), t.left.len() + 1);
-            t.left[k] = l as i64;
-            t.right[k] = r as i64;
-            t.feature[k] = b.feature;
-            t.cond[k] = b.threshold;
-            t.loss_change[k] = b.gain as f32;
-            children[k] = (l, r);
-            // Sums are filled in by the row pass below.
-            push_node(&mut t, k, 0.0, 0.0);
-            push_node(&mut t, k, 0.0, 0.0);
-            g_sum.extend([0.0, 0.0]);
-            h_sum.extend([0.0, 0.0]);
-            next.extend([l, r]);
-        }
-        // One pass over the rows: move each row of a split node to its child and add its
-        // gradient to the child's sums.
-        for i in 0..n {
-            let k = node_of[i];
-            let (l, r) = children[k];
-            if l != 0 {
-                let c = if xs[t.feature[k]][i] < t.cond[k] {
-                    l
-                } else {
-                    r
-                };
-                node_of[i] = c;
-                g_sum[c] += grad[i];
-                h_sum[c] += 1.0;
-            }
-        }
-        for &c in &next {
-            t.base_weight[c] = (-g_sum[c] / (h_sum[c] + p.lambda)) as f32;
-            t.hess[c] = h_sum[c] as f32;
-        }
-        open = next;
-    }
-    // Leaves hold their shrunken weight as their `split_conditions` value.
-    for k in 0..t.left.len() {
-        if t.left[k] < 0 {
-            let w = -g_sum[k] / (h_sum[k] + p.lambda) * p.learning_rate;
-            t.cond[k] = w as f32;
-            t.base_weight[k] = w as f32;
-        }
-    }
-    t
 }
 
 impl Booster {

@@ -39,7 +39,7 @@ use serde::{Deserialize, Serialize};
 pub use crate::dataset::{Dataset, MachineSpec};
 use crate::features::Feature;
 use crate::Trainer;
-pub use eval::{Accuracy, ComponentAccuracy};
+pub use eval::{split, Accuracy, ComponentAccuracy};
 pub use gbt::GbtParams;
 pub use run::train_all;
 

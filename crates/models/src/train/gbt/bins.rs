@@ -1,0 +1,106 @@
+//! Quantile bins per feature: the histogram tree builder sums gradients per bin instead of
+//! per distinct value.
+//!
+//! A bin's lower bound is a value seen in training, and a row is in bin `b` when
+//! `lo[b] <= x < lo[b + 1]` compared as `f32`, so a split "bins < b go left" is the
+//! predictor's `x < lo[b]` and routes every training row at inference as it was routed while
+//! the tree was grown. A feature with at most `max_bin` distinct values gets one bin per
+//! value, which makes the split search exact for it.
+
+/// Bin indices of every row, row-major, and each feature's bin bounds.
+#[derive(Debug)]
+pub(super) struct Binned {
+    pub n_rows: usize,
+    pub n_features: usize,
+    /// `bins[row * n_features + f]`.
+    pub bins: Vec<u16>,
+    /// Lower bound of each bin, per feature.
+    pub lower: Vec<Vec<f32>>,
+    /// Where each feature's bins start in a node histogram; the last entry is its length.
+    pub offset: Vec<usize>,
+}
+
+/// Lower bounds of at most `max_bin` bins over `col`: every distinct value when there are
+/// few enough, else values at evenly spaced ranks (each row weighs the same: squared error
+/// has unit hessians).
+fn lower_bounds(col: &[f32], max_bin: usize) -> Vec<f32> {
+    let mut sorted: Vec<f32> = col.iter().copied().filter(|v| !v.is_nan()).collect();
+    sorted.sort_unstable_by(f32::total_cmp);
+    let mut distinct = sorted.clone();
+    distinct.dedup();
+    if distinct.len() <= max_bin {
+        return distinct;
+    }
+    let n = sorted.len();
+    let mut lo: Vec<f32> = (0..max_bin)
+        .filter_map(|b| sorted.get(b * n / max_bin).copied())
+        .collect();
+    lo.dedup();
+    lo
+}
+
+fn bin_of(lower: &[f32], v: f32) -> usize {
+    // NaN reads as "not less than" every threshold at inference, so it goes right: the last bin.
+    if v.is_nan() {
+        return lower.len().saturating_sub(1);
+    }
+    lower.partition_point(|l| *l <= v).saturating_sub(1)
+}
+
+impl Binned {
+    /// Bins `cols` (features, each `n_rows` long); `max_bin` is clamped to 2..=65536.
+    pub fn new(cols: &[Vec<f32>], n_rows: usize, max_bin: usize) -> Binned {
+        let max_bin = max_bin.clamp(2, usize::from(u16::MAX) + 1);
+        let n_features = cols.len();
+        let lower: Vec<Vec<f32>> = cols.iter().map(|c| lower_bounds(c, max_bin)).collect();
+        let mut offset = Vec::with_capacity(n_features + 1);
+        let mut at = 0;
+        for lo in &lower {
+            offset.push(at);
+            at += lo.len().max(1);
+        }
+        offset.push(at);
+        let mut bins = vec![0u16; n_rows * n_features];
+        for (f, (col, lo)) in cols.iter().zip(&lower).enumerate() {
+            for (i, v) in col.iter().enumerate().take(n_rows) {
+                // Fits: a feature has at most 65536 bins.
+                bins[i * n_features + f] = bin_of(lo, *v) as u16;
+            }
+        }
+        Binned {
+            n_rows,
+            n_features,
+            bins,
+            lower,
+            offset,
+        }
+    }
+
+    /// Histogram length: all features' bins.
+    pub fn total_bins(&self) -> usize {
+        self.offset.last().copied().unwrap_or(0)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bins_are_exact_when_few_values_and_quantiles_otherwise() {
+        let few: Vec<f32> = [3.0, 1.0, 2.0, 1.0, 3.0].to_vec();
+        let many: Vec<f32> = (0..1000).map(|i| i as f32).collect();
+        let b = Binned::new(&[few.clone(), many[..5].to_vec()], 5, 4);
+        assert_eq!(b.lower[0], vec![1.0, 2.0, 3.0]);
+        assert_eq!(&b.bins[..2], &[2, 0]);
+        let q = Binned::new(std::slice::from_ref(&many), 1000, 10);
+        assert_eq!(q.lower[0].len(), 10);
+        // Every row's bin holds it: lo[b] <= x < lo[b + 1].
+        for (i, v) in many.iter().enumerate() {
+            let b = usize::from(q.bins[i]);
+            assert!(q.lower[0][b] <= *v);
+            assert!(q.lower[0].get(b + 1).is_none_or(|hi| v < hi));
+        }
+        assert_eq!(q.total_bins(), 10);
+    }
+}
