@@ -39,9 +39,14 @@ hold_pid=$!
 for _ in $(seq 100); do grep -q '^ready' "$log" && break; sleep 0.1; done
 grep -q '^ready' "$log" || { cat "$log" >&2; exit 1; }
 
-# "name run_time_ns run_cnt" of our programs (names are kepler_*).
+# The programs the hold process loaded (other agents or tests may have kepler_* loaded too):
+# the ids behind its program and link descriptors.
+ids=$(grep -h '^prog_id:' /proc/"$hold_pid"/fdinfo/* 2>/dev/null | awk '{print $2}' | sort -u |
+    jq -Rs '[splits("\n") | select(length > 0) | tonumber]')
+
+# "name run_time_ns run_cnt" of those programs.
 sample() {
-    bpftool prog show -j | jq -r '.[] | select(.name // "" | startswith("kepler_"))
+    bpftool prog show -j | jq -r --argjson ids "$ids" '.[] | select(.id as $i | $ids | index($i))
         | "\(.name) \(.run_time_ns // 0) \(.run_cnt // 0)"'
 }
 

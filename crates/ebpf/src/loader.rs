@@ -112,7 +112,13 @@ fn load_with(
     open_counters: impl FnOnce(&[u32]) -> Result<perf::Counters, String>,
 ) -> Result<Loaded, Unavailable> {
     crate::caps::check_self().map_err(|r| Unavailable::new(format!("eBPF: {r}")))?;
+    // aya's EbpfLoader::new() parses all of the kernel's BTF (~19 MiB of heap here) whatever
+    // `.btf()` says later. Made first, while nothing else is held, and its copy dropped at
+    // once, that parse is the start-up peak alone; the one loader serves both loads below.
+    let mut loader = EbpfLoader::new();
+    loader.btf(None);
     let btf = kernel_btf()?;
+    loader.btf(Some(&btf));
 
     // The opened counters, or the state that says why there are none.
     let hw: Result<perf::Counters, ProbeState> = if settings.hw_counters {
@@ -124,7 +130,7 @@ fn load_with(
         Err(ProbeState::Disabled)
     };
 
-    let mut ebpf = load_object(settings, &btf, hw.is_ok())?;
+    let mut ebpf = load_object(&mut loader, settings, hw.is_ok())?;
     // The descriptors go into maps that exist only once the object is loaded, with the flag
     // that makes sched_switch read them already fixed (it is read-only data). If storing
     // fails, the counters are closed and the object loaded again with the flag off, before
@@ -137,7 +143,7 @@ fn load_with(
                 tracing::warn!(%why, "hardware counters unavailable");
                 drop(c);
                 drop(ebpf);
-                ebpf = load_object(settings, &btf, false)?;
+                ebpf = load_object(&mut loader, settings, false)?;
                 (None, ProbeState::Unavailable(why))
             }
         },
@@ -194,9 +200,8 @@ pub(crate) const BTF_NAMES: &[&str] = &[
 /// The kernel's BTF, slimmed to what the loader looks up (see [`slim_btf`]): parsing all of it
 /// is most of the agent's start-up memory. Falls back to the whole when slimming fails.
 fn kernel_btf() -> Result<Btf, Unavailable> {
-    let unusable = |e: &dyn std::error::Error| {
-        unavailable(&format!("kernel BTF ({VMLINUX}) unusable"), e)
-    };
+    let unusable =
+        |e: &dyn std::error::Error| unavailable(&format!("kernel BTF ({VMLINUX}) unusable"), e);
     let raw = std::fs::read(VMLINUX).map_err(|e| unusable(&e))?;
     let parsed = match slim_btf::slim(&raw, BTF_NAMES) {
         Ok(slim) => {
@@ -213,13 +218,17 @@ fn kernel_btf() -> Result<Btf, Unavailable> {
 
 /// Creates the maps and relocates the programs (nothing is attached yet), with the
 /// hardware-counter flag fixed to `hw_counters`.
-fn load_object(settings: &EbpfSettings, btf: &Btf, hw_counters: bool) -> Result<Ebpf, Unavailable> {
-    let hw_flag = u8::from(hw_counters);
-    EbpfLoader::new()
-        .btf(Some(btf))
+fn load_object(
+    loader: &mut EbpfLoader<'_>,
+    settings: &EbpfSettings,
+    hw_counters: bool,
+) -> Result<Ebpf, Unavailable> {
+    // 'static: the loader keeps the value it is given for as long as it lives.
+    let hw_flag: &'static u8 = if hw_counters { &1 } else { &0 };
+    loader
         .map_max_entries(names::TASKS, settings.max_processes.max(1))
         .map_max_entries(names::EXITS, ring_size(settings.exit_buffer_bytes))
-        .override_global(names::HW_GLOBAL, &hw_flag, true)
+        .override_global(names::HW_GLOBAL, hw_flag, true)
         .load(OBJECT)
         .map_err(|e| unavailable("creating maps", &e))
 }
@@ -376,9 +385,11 @@ mod tests {
             ..Default::default()
         };
         let btf = kernel_btf().unwrap();
+        let mut loader = EbpfLoader::new();
+        loader.btf(Some(&btf));
         // The flag reads back as set when it is.
         assert_eq!(
-            hw_flag(&load_object(&settings, &btf, true).unwrap()),
+            hw_flag(&load_object(&mut loader, &settings, true).unwrap()),
             Some(1)
         );
 
@@ -426,7 +437,12 @@ mod tests {
     fn slim_kernel_btf_has_the_ids_of_the_whole() {
         let full = std::fs::read(VMLINUX).unwrap();
         let slim = slim_btf::slim(&full, BTF_NAMES).unwrap();
-        assert!(slim.len() < full.len() / 2, "{} of {} bytes", slim.len(), full.len());
+        assert!(
+            slim.len() < full.len() / 2,
+            "{} of {} bytes",
+            slim.len(),
+            full.len()
+        );
         let mut found = 0;
         for name in BTF_NAMES {
             let want = slim_btf::ids_named(&full, name);

@@ -607,12 +607,20 @@ fn an_entry_marked_exited_is_collected_at_the_next_snapshot() {
     // An unmarked entry of a live, never-seen process is left alone.
     host.procs.insert(key(8, SEC));
     let step = rec.step(&mut host, live(&[(7, marked), (8, totals(SEC, 40))]));
-    assert!(host.checked.is_empty(), "no /proc check: {:?}", host.checked);
+    assert!(
+        host.checked.is_empty(),
+        "no /proc check: {:?}",
+        host.checked
+    );
     assert_eq!(host.deletes, [7]);
     assert_eq!(step.gc_removed, 1);
     // Never described while alive, so described from what BPF kept (no exit record).
     assert_eq!(reports(&step, key(7, SEC)), [(520, true, String::new())]);
-    let of_7: Vec<_> = host.described.iter().filter(|d| d.0 == key(7, SEC)).collect();
+    let of_7: Vec<_> = host
+        .described
+        .iter()
+        .filter(|d| d.0 == key(7, SEC))
+        .collect();
     assert_eq!(of_7, [&(key(7, SEC), Some(ExitInfo::default()))]);
     assert_eq!(reports(&step, key(8, SEC)), [(40, false, "p8".into())]);
     let step = rec.step(&mut host, live(&[(8, totals(SEC, 40))]));

@@ -134,7 +134,10 @@ fn malformed_input_is_an_error_not_a_panic() {
     let mut short = raw.clone();
     let type_len = u32_at(&raw, 12).unwrap() - 2;
     short[12..16].copy_from_slice(&type_len.to_ne_bytes());
-    assert!(matches!(slim(&short, &["wanted"]), Err(SlimError::Truncated { id: 9 })));
+    assert!(matches!(
+        slim(&short, &["wanted"]),
+        Err(SlimError::Truncated { id: 9 })
+    ));
     // A member referring past the last type.
     let mut dangling = raw.clone();
     let member_type = 24 + 16 + TYPE_HEADER + 4;
@@ -147,5 +150,8 @@ fn malformed_input_is_an_error_not_a_panic() {
     let mut odd = raw;
     let info = 24 + 4;
     odd[info..info + 4].copy_from_slice(&(31u32 << 24).to_ne_bytes());
-    assert_eq!(slim(&odd, &["wanted"]), Err(SlimError::Kind { id: 1, kind: 31 }));
+    assert_eq!(
+        slim(&odd, &["wanted"]),
+        Err(SlimError::Kind { id: 1, kind: 31 })
+    );
 }
