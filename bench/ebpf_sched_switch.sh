@@ -1,19 +1,25 @@
 #!/usr/bin/env bash
 # Cost of the eBPF source's programs per call, from the kernel's own BPF statistics
-# (kernel.bpf_stats_enabled=1: run_time_ns and run_cnt per program), idle and under a
-# context-switch-heavy load, plus the agent-side CPU per snapshot. Needs root, bpftool and
-# stress-ng. Usage: bench/ebpf_sched_switch.sh [LOAD_SECONDS] (default 10)
+# (kernel.bpf_stats_enabled=1: run_time_ns and run_cnt per program), in four scenarios: idle,
+# process churn at 100 and 1000 spawns/s (fork + exec of /bin/true, paced, so every spawn is a
+# new thread group that later exits through the exit ring), and a context-switch storm
+# (stress-ng --switch). Also the agent-side CPU per snapshot. Needs root, bpftool, jq, perl
+# and stress-ng.
+#   bench/ebpf_sched_switch.sh [SECONDS PER SCENARIO] (default 10)
+# HOLD=path runs an already built ebpf_hold instead of building the release one.
 set -euo pipefail
 secs=${1:-10}
 cd "$(dirname "$0")/.."
 
-for tool in bpftool stress-ng; do
+for tool in bpftool jq perl stress-ng; do
     command -v "$tool" >/dev/null || { echo "needs $tool" >&2; exit 2; }
 done
 [ "$(id -u)" = 0 ] || { echo "needs root" >&2; exit 2; }
 
-cargo build -q --release -p kepler-ebpf --example ebpf_hold
-hold=target/release/examples/ebpf_hold
+if [ -z "${HOLD:-}" ]; then
+    cargo build -q --release -p kepler-ebpf --example ebpf_hold
+    HOLD=target/release/examples/ebpf_hold
+fi
 
 old_stats=$(sysctl -n kernel.bpf_stats_enabled)
 log=$(mktemp)
@@ -28,14 +34,19 @@ sysctl -q kernel.bpf_stats_enabled=1
 
 # Holds the programs (and snapshots once a second) for the whole run, then reports its own
 # CPU per snapshot.
-"$hold" $((2 * secs + 2)) >"$log" 2>&1 &
+"$HOLD" $((4 * secs + 4)) >"$log" 2>&1 &
 hold_pid=$!
 for _ in $(seq 100); do grep -q '^ready' "$log" && break; sleep 0.1; done
 grep -q '^ready' "$log" || { cat "$log" >&2; exit 1; }
 
-# "name run_time_ns run_cnt" of our programs (names are kepler_*).
+# The programs the hold process loaded (other agents or tests may have kepler_* loaded too):
+# the ids behind its program and link descriptors.
+ids=$(grep -h '^prog_id:' /proc/"$hold_pid"/fdinfo/* 2>/dev/null | awk '{print $2}' | sort -u |
+    jq -Rs '[splits("\n") | select(length > 0) | tonumber]')
+
+# "name run_time_ns run_cnt" of those programs.
 sample() {
-    bpftool prog show -j | jq -r '.[] | select(.name // "" | startswith("kepler_"))
+    bpftool prog show -j | jq -r --argjson ids "$ids" '.[] | select(.id as $i | $ids | index($i))
         | "\(.name) \(.run_time_ns // 0) \(.run_cnt // 0)"'
 }
 
@@ -49,23 +60,51 @@ rows() {
         else
             ns=-
         fi
-        printf '| %-22s | %-15s | %12d | %10d | %7s |\n' "$label" "$name" "$calls" \
+        printf '| %-32s | %-15s | %12d | %10d | %7s |\n' "$label" "$name" "$calls" \
             $((calls / dur)) "$ns"
     done
 }
 
-printf '| %-22s | %-15s | %12s | %10s | %7s |\n' scenario program calls calls/s ns/call
-printf '|%s|%s|%s|%s|%s|\n' ------------------------ ----------------- -------------- ------------ ---------
+# Forks and execs /bin/true RATE times a second for SECS seconds, reaping as it goes; prints
+# the rate it reached (a busy machine may not keep up).
+churn() {
+    perl -MTime::HiRes=time,sleep -MPOSIX=:sys_wait_h -e '
+        my ($rate, $secs) = @ARGV;
+        my ($t0, $n) = (time, 0);
+        while ((my $el = time - $t0) < $secs) {
+            my $due = $n / $rate;
+            if ($el < $due) { sleep($due - $el); next }
+            my $pid = fork();
+            die "fork: $!" unless defined $pid;
+            if ($pid == 0) { exec "/bin/true"; POSIX::_exit(127) }
+            $n++;
+            1 while waitpid(-1, WNOHANG) > 0;
+        }
+        1 while waitpid(-1, 0) > 0;
+        printf "%d\n", $n / (time - $t0);
+    ' "$1" "$2"
+}
+
+printf '| %-32s | %-15s | %12s | %10s | %7s |\n' scenario program calls calls/s ns/call
+printf '|%s|%s|%s|%s|%s|\n' ---------------------------------- ----------------- -------------- ------------ ---------
 
 a=$(sample); sleep "$secs"; b=$(sample)
-rows "idle ${secs}s" "$a" "$b" "$secs"
+rows "idle" "$a" "$b" "$secs"
+
+for rate in 100 1000; do
+    a=$(sample)
+    got=$(churn "$rate" "$secs")
+    b=$(sample)
+    rows "churn $rate/s (reached $got/s)" "$a" "$b" "$secs"
+done
 
 a=$(sample)
 stress-ng --switch 2 -t "${secs}s" -q >/dev/null 2>&1
 b=$(sample)
-rows "stress-ng --switch 2" "$a" "$b" "$secs"
+rows "storm: stress-ng --switch 2" "$a" "$b" "$secs"
 
 wait "$hold_pid" 2>/dev/null || true; hold_pid=
 echo
-echo "kernel $(uname -r), $(nproc) CPUs; loader: $(grep -m1 '^loaded' "$log" | cut -d: -f1)"
-grep '^per snapshot' "$log" | sed 's/^/agent /' || true
+echo "kernel $(uname -r), $(nproc) CPUs, load average $(cut -d' ' -f1-3 /proc/loadavg);" \
+    "loader: $(grep -m1 '^loaded' "$log" | cut -d: -f1)"
+grep '^per snapshot\|^ebpf:' "$log" | sed 's/^/agent /' || true

@@ -5,7 +5,9 @@
  * sched_switch charges the time since the previous switch on this CPU to the task leaving it,
  * keyed by tgid in `tasks`. When the last thread of a group leaves the CPU for the last time
  * (TASK_DEAD with no live thread left), its totals move to the `exits` ring buffer, which user
- * space drains every tick, so a process living shorter than one tick is still counted.
+ * space drains every tick, so a process living shorter than one tick is still counted. When the
+ * ring is full the entry stays in `tasks`, marked exited, and user space collects it from there:
+ * a burst of exits larger than the ring delays their report but loses no CPU time.
  * Optional programs (softirq, page cache) add event counts to the same entries, and hardware
  * counters are read at each switch when the loader opened them.
  *
@@ -26,6 +28,8 @@ char LICENSE[] SEC("license") = "GPL";
 #define BLOCK_SOFTIRQ 4
 #define EEXIST 17
 #define CGROUP_EVERY 16
+#define FLAG_KTHREAD 1
+#define FLAG_EXITED 2
 
 /* Set by the loader before load; the verifier then drops the hardware-counter code when off. */
 const volatile __u8 hw_counters = 0;
@@ -42,7 +46,7 @@ struct task_totals {
 	__u64 cycles;
 	__u64 instructions;
 	__u64 cache_misses;
-	__u32 flags; /* bit 0: kernel thread */
+	__u32 flags; /* bit 0: kernel thread; bit 1: exited, left here because `exits` was full */
 	__u32 _pad;
 };
 
@@ -79,6 +83,7 @@ enum kstat {
 	KSTAT_TASKS_FULL = 0, /* a new tgid found `tasks` full: its time is lost */
 	KSTAT_EXITS_LOST = 1, /* `exits` was full: an exited group's totals are lost */
 	KSTAT_TGID_REUSED = 2, /* a stale entry was found for a reused tgid and handed over */
+	KSTAT_EXITS_DEFERRED = 3, /* `exits` was full: the entry stays in `tasks`, marked exited */
 	KSTAT_COUNT, /* the number of slots: keep it last */
 };
 
@@ -91,7 +96,7 @@ struct {
 
 struct {
 	__uint(type, BPF_MAP_TYPE_RINGBUF);
-	__uint(max_entries, 4 << 20);
+	__uint(max_entries, 256 << 10); /* the loader sets the configured size */
 } exits SEC(".maps");
 
 struct {
@@ -170,13 +175,21 @@ static __always_inline __u64 cpu_cgroup_id(struct task_struct *task)
 
 /*
  * Hands an entry's totals to user space and removes it. The delete decides which CPU moves an
- * entry when two threads of a dying group race here: the loser discards its copy.
+ * entry when two threads of a dying group race here: the loser discards its copy. With the ring
+ * full, an exited group's entry (`task` set) stays in the map marked exited, for user space to
+ * collect; a stale entry in the way of a reused tgid (`task` NULL) has to go, and is lost.
  */
 static __always_inline void move_to_exits(__u32 tgid, struct task_totals *t, struct task_struct *task)
 {
 	struct exit_record *r = bpf_ringbuf_reserve(&exits, sizeof(*r), 0);
 
 	if (!r) {
+		if (task) {
+			/* Racing CPUs all set the same bit, and nothing else writes flags. */
+			t->flags |= FLAG_EXITED;
+			kstat_inc(KSTAT_EXITS_DEFERRED);
+			return;
+		}
 		kstat_inc(KSTAT_EXITS_LOST);
 		bpf_map_delete_elem(&tasks, &tgid);
 		return;
@@ -196,10 +209,13 @@ static __always_inline void move_to_exits(__u32 tgid, struct task_totals *t, str
 	bpf_ringbuf_submit(r, BPF_RB_NO_WAKEUP);
 }
 
-/* The entry of `task`'s group, created on first sight; NULL when the map is full. */
-static __always_inline struct task_totals *task_entry(struct task_struct *task, __u32 tgid)
+/*
+ * The entry of `task`'s group (leader started at `start`), created on first sight; NULL when
+ * the map is full.
+ */
+static __always_inline struct task_totals *task_entry(struct task_struct *task, __u32 tgid,
+						      __u64 start)
 {
-	__u64 start = task->group_leader->start_boottime;
 	struct task_totals *t = bpf_map_lookup_elem(&tasks, &tgid);
 
 	if (t) {
@@ -212,7 +228,7 @@ static __always_inline struct task_totals *task_entry(struct task_struct *task, 
 	struct task_totals fresh = {};
 
 	fresh.start_ns = start;
-	fresh.flags = (task->flags & PF_KTHREAD) ? 1 : 0;
+	fresh.flags = (task->flags & PF_KTHREAD) ? FLAG_KTHREAD : 0;
 	long err = bpf_map_update_elem(&tasks, &tgid, &fresh, BPF_NOEXIST);
 
 	if (err && err != -EEXIST) {
@@ -234,21 +250,35 @@ int BPF_PROG(kepler_switch, bool preempt, struct task_struct *prev, struct task_
 	__u64 now = bpf_ktime_get_ns();
 	__u64 last = cs->last_ns;
 	__u64 cycles = 0, instructions = 0, misses = 0;
+	__u32 tgid = prev->tgid;
+	__u32 next_tgid = next->tgid;
+	/*
+	 * prev is the task switched in by this CPU's previous switch, whose group start is kept
+	 * here: reusing it spares a read of the group leader, often a cache miss. The group's start
+	 * survives exec (a thread that execs takes the old leader's start), so it cannot go stale.
+	 */
+	__u64 prev_start = cs->cur_start_ns;
 
+	if (cs->cur_tgid != tgid || prev_start == 0)
+		prev_start = tgid ? prev->group_leader->start_boottime : 0;
 	cs->last_ns = now;
-	cs->cur_tgid = next->tgid;
-	cs->cur_start_ns = next->tgid ? next->group_leader->start_boottime : 0;
+	cs->cur_tgid = next_tgid;
+	if (next_tgid == 0)
+		cs->cur_start_ns = 0;
+	else if (next_tgid == tgid)
+		cs->cur_start_ns = prev_start;
+	else
+		cs->cur_start_ns = next->group_leader->start_boottime;
 	if (hw_counters) {
 		cycles = hw_delta(&hw_cycles, &cs->cycles);
 		instructions = hw_delta(&hw_instr, &cs->instructions);
 		misses = hw_delta(&hw_cmiss, &cs->cache_misses);
 	}
-	__u32 tgid = prev->tgid;
 
 	/* tgid 0 is the idle task; last_ns 0 means this CPU's first switch since load. */
 	if (tgid == 0 || last == 0)
 		return 0;
-	struct task_totals *t = task_entry(prev, tgid);
+	struct task_totals *t = task_entry(prev, tgid, prev_start);
 
 	if (!t)
 		return 0;

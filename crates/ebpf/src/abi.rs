@@ -21,7 +21,7 @@ pub(crate) struct TaskTotals {
     pub cycles: u64,
     pub instructions: u64,
     pub cache_misses: u64,
-    /// Bit 0: kernel thread.
+    /// Bit 0: kernel thread; bit 1: exited, left in the map because the exit ring was full.
     pub flags: u32,
     pub _pad: u32,
 }
@@ -31,6 +31,7 @@ unsafe impl aya::Pod for TaskTotals {}
 
 impl TaskTotals {
     pub(crate) const KERNEL_THREAD: u32 = 1;
+    pub(crate) const EXITED: u32 = 2;
 
     /// Adds another part of the same group's totals (a group can be handed over in pieces
     /// when its threads exit on several CPUs at once).
@@ -108,6 +109,7 @@ pub(crate) mod kstat {
     pub const TASKS_FULL: u32 = 0;
     pub const EXITS_LOST: u32 = 1;
     pub const TGID_REUSED: u32 = 2;
+    pub const EXITS_DEFERRED: u32 = 3;
 }
 
 /// Names in the object, kept in one place so the loader and the tests agree.

@@ -28,6 +28,7 @@ mod loader;
 mod perf;
 mod proc;
 mod reconcile;
+mod slim_btf;
 mod source;
 
 use std::fmt;
@@ -48,7 +49,10 @@ pub struct EbpfSettings {
     pub max_processes: u32,
     /// Bytes of the ring buffer holding exited groups between two snapshots (rounded up to a
     /// power of two; a record takes 136 bytes, 128 of data and the ring's 8-byte header, so
-    /// 4 MiB holds ~30.8k exits).
+    /// 256 KiB holds ~1.9k exits). Exits beyond it stay in the process map, marked, until a
+    /// snapshot collects them ([`EbpfStats::exits_deferred`]): nothing is lost, but they cost
+    /// map room meanwhile and lose their exit-time details (command name, v1 cpu cgroup). The
+    /// ring is mapped into the agent twice (as BPF rings are), so it counts double in its RSS.
     pub exit_buffer_bytes: u32,
     pub page_cache: bool,
     pub softirq: bool,
@@ -61,7 +65,7 @@ impl Default for EbpfSettings {
     fn default() -> Self {
         EbpfSettings {
             max_processes: 16_384,
-            exit_buffer_bytes: 4 << 20,
+            exit_buffer_bytes: 256 << 10,
             page_cache: true,
             softirq: true,
             hw_counters: true,
@@ -90,6 +94,10 @@ pub struct EbpfStats {
     /// Races recovered without loss: entries of processes gone without an exit record,
     /// removed and reported as exited by user space.
     pub gc_removed: AtomicU64,
+    /// Recovered without loss of CPU time: exited groups the full exit ring could not take,
+    /// left in the process map for the next snapshot to collect. Many mean the ring
+    /// (`exit_buffer_bytes`) is small for the exit rate.
+    pub exits_deferred: AtomicU64,
     /// Groups in the process map at the last snapshot.
     pub tracked_processes: AtomicU64,
 }
@@ -113,13 +121,14 @@ impl fmt::Display for EbpfStats {
             f,
             "{} processes tracked; lost: {} new (map full), {} exited (ring full or held too \
              long), {} malformed records; recovered: {} reused tgids, {} gone entries \
-             collected; {} map read errors",
+             collected, {} exits deferred (ring full); {} map read errors",
             get(&self.tracked_processes),
             get(&self.tasks_full),
             get(&self.exits_lost),
             get(&self.malformed_records),
             get(&self.tgid_reused),
             get(&self.gc_removed),
+            get(&self.exits_deferred),
             get(&self.map_read_errors),
         )
     }
@@ -169,6 +178,7 @@ mod tests {
         stats.map_read_errors.store(8, Ordering::Relaxed);
         stats.tgid_reused.store(16, Ordering::Relaxed);
         stats.gc_removed.store(32, Ordering::Relaxed);
+        stats.exits_deferred.store(64, Ordering::Relaxed);
         assert_eq!(stats.dropped(), 7);
         let line = stats.to_string();
         for part in [
@@ -178,6 +188,7 @@ mod tests {
             "8 map read",
             "16 reused",
             "32 gone",
+            "64 exits deferred",
         ] {
             assert!(line.contains(part), "{line}");
         }

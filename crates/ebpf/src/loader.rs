@@ -6,11 +6,12 @@ use std::os::fd::AsFd;
 
 use aya::maps::{Map, MapData, RingBuf};
 use aya::programs::{BtfTracePoint, FEntry, KProbe};
-use aya::{Btf, Ebpf, EbpfLoader};
+use aya::{Btf, Ebpf, EbpfLoader, Endianness};
 use kepler_core::Unavailable;
 
 use crate::abi::{names, OBJECT};
 use crate::perf;
+use crate::slim_btf;
 use crate::EbpfSettings;
 
 /// State of one optional probe.
@@ -111,8 +112,13 @@ fn load_with(
     open_counters: impl FnOnce(&[u32]) -> Result<perf::Counters, String>,
 ) -> Result<Loaded, Unavailable> {
     crate::caps::check_self().map_err(|r| Unavailable::new(format!("eBPF: {r}")))?;
-    let btf = Btf::from_sys_fs()
-        .map_err(|e| unavailable("kernel BTF (/sys/kernel/btf/vmlinux) unusable", &e))?;
+    // aya's EbpfLoader::new() parses all of the kernel's BTF (~19 MiB of heap here) whatever
+    // `.btf()` says later. Made first, while nothing else is held, and its copy dropped at
+    // once, that parse is the start-up peak alone; the one loader serves both loads below.
+    let mut loader = EbpfLoader::new();
+    loader.btf(None);
+    let btf = kernel_btf()?;
+    loader.btf(Some(&btf));
 
     // The opened counters, or the state that says why there are none.
     let hw: Result<perf::Counters, ProbeState> = if settings.hw_counters {
@@ -124,7 +130,7 @@ fn load_with(
         Err(ProbeState::Disabled)
     };
 
-    let mut ebpf = load_object(settings, &btf, hw.is_ok())?;
+    let mut ebpf = load_object(&mut loader, settings, hw.is_ok())?;
     // The descriptors go into maps that exist only once the object is loaded, with the flag
     // that makes sched_switch read them already fixed (it is read-only data). If storing
     // fails, the counters are closed and the object loaded again with the flag off, before
@@ -137,7 +143,7 @@ fn load_with(
                 tracing::warn!(%why, "hardware counters unavailable");
                 drop(c);
                 drop(ebpf);
-                ebpf = load_object(settings, &btf, false)?;
+                ebpf = load_object(&mut loader, settings, false)?;
                 (None, ProbeState::Unavailable(why))
             }
         },
@@ -173,15 +179,56 @@ fn load_with(
     })
 }
 
+const VMLINUX: &str = "/sys/kernel/btf/vmlinux";
+
+/// The kernel types the loader looks up: the structs and enum that the program's CO-RE
+/// relocations name (those of bpf/kernel_types.h), and the attach points.
+pub(crate) const BTF_NAMES: &[&str] = &[
+    "task_struct",
+    "signal_struct",
+    "css_set",
+    "cgroup_subsys_state",
+    "cgroup",
+    "kernfs_node",
+    "cgroup_subsys_id",
+    "btf_trace_sched_switch",
+    "btf_trace_softirq_entry",
+    PAGE_CACHE_FNS[0],
+    PAGE_CACHE_FNS[1],
+];
+
+/// The kernel's BTF, slimmed to what the loader looks up (see [`slim_btf`]): parsing all of it
+/// is most of the agent's start-up memory. Falls back to the whole when slimming fails.
+fn kernel_btf() -> Result<Btf, Unavailable> {
+    let unusable =
+        |e: &dyn std::error::Error| unavailable(&format!("kernel BTF ({VMLINUX}) unusable"), e);
+    let raw = std::fs::read(VMLINUX).map_err(|e| unusable(&e))?;
+    let parsed = match slim_btf::slim(&raw, BTF_NAMES) {
+        Ok(slim) => {
+            drop(raw);
+            Btf::parse(&slim, Endianness::default())
+        }
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot slim the kernel BTF; parsing all of it");
+            Btf::parse(&raw, Endianness::default())
+        }
+    };
+    parsed.map_err(|e| unusable(&e))
+}
+
 /// Creates the maps and relocates the programs (nothing is attached yet), with the
 /// hardware-counter flag fixed to `hw_counters`.
-fn load_object(settings: &EbpfSettings, btf: &Btf, hw_counters: bool) -> Result<Ebpf, Unavailable> {
-    let hw_flag = u8::from(hw_counters);
-    EbpfLoader::new()
-        .btf(Some(btf))
+fn load_object(
+    loader: &mut EbpfLoader<'_>,
+    settings: &EbpfSettings,
+    hw_counters: bool,
+) -> Result<Ebpf, Unavailable> {
+    // 'static: the loader keeps the value it is given for as long as it lives.
+    let hw_flag: &'static u8 = if hw_counters { &1 } else { &0 };
+    loader
         .map_max_entries(names::TASKS, settings.max_processes.max(1))
         .map_max_entries(names::EXITS, ring_size(settings.exit_buffer_bytes))
-        .override_global(names::HW_GLOBAL, &hw_flag, true)
+        .override_global(names::HW_GLOBAL, hw_flag, true)
         .load(OBJECT)
         .map_err(|e| unavailable("creating maps", &e))
 }
@@ -337,10 +384,12 @@ mod tests {
             hw_counters: true,
             ..Default::default()
         };
-        let btf = Btf::from_sys_fs().unwrap();
+        let btf = kernel_btf().unwrap();
+        let mut loader = EbpfLoader::new();
+        loader.btf(Some(&btf));
         // The flag reads back as set when it is.
         assert_eq!(
-            hw_flag(&load_object(&settings, &btf, true).unwrap()),
+            hw_flag(&load_object(&mut loader, &settings, true).unwrap()),
             Some(1)
         );
 
@@ -378,6 +427,37 @@ mod tests {
                 target.map_or(true, |t| t != std::path::Path::new("/dev/null")),
                 "fd {fd} still open"
             );
+        }
+    }
+
+    /// The slim BTF has every name the loader looks up at the id the whole one has, aya
+    /// reads it, and BTF_NAMES names every type bpf/kernel_types.h declares (those are what
+    /// CO-RE relocates).
+    #[test]
+    fn slim_kernel_btf_has_the_ids_of_the_whole() {
+        let full = std::fs::read(VMLINUX).unwrap();
+        let slim = slim_btf::slim(&full, BTF_NAMES).unwrap();
+        assert!(
+            slim.len() < full.len() / 2,
+            "{} of {} bytes",
+            slim.len(),
+            full.len()
+        );
+        let mut found = 0;
+        for name in BTF_NAMES {
+            let want = slim_btf::ids_named(&full, name);
+            found += usize::from(!want.is_empty());
+            assert_eq!(slim_btf::ids_named(&slim, name), want, "{name}");
+        }
+        // One of the page-cache functions may be missing on a kernel.
+        assert!(found >= BTF_NAMES.len() - 1, "{found} names found");
+        assert!(kernel_btf().is_ok());
+        let header = include_str!("../bpf/kernel_types.h");
+        for line in header.lines() {
+            let decl = line.strip_prefix("struct ").or(line.strip_prefix("enum "));
+            if let Some(name) = decl.and_then(|d| d.strip_suffix(" {")) {
+                assert!(BTF_NAMES.contains(&name), "{name} missing from BTF_NAMES");
+            }
         }
     }
 

@@ -18,7 +18,7 @@ use crate::abi::{ExitRecord, TaskTotals};
 /// Snapshots an exited process's totals are kept, to merge late pieces of the same group.
 /// Also how many snapshots a known process may be missing from the map before it is forgotten.
 const ENDED_TTL: u32 = 3;
-/// Exited groups held while snapshots fail (one drain of a 4 MiB ring is at most ~30.8k):
+/// Exited groups held while snapshots fail (one drain of a 256 KiB ring is at most ~1.9k):
 /// beyond this, new ones are dropped and counted rather than held without bound.
 const MAX_PENDING: usize = 1 << 16;
 

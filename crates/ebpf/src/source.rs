@@ -264,6 +264,9 @@ impl EbpfSource {
         self.stats
             .tgid_reused
             .store(get(kstat::TGID_REUSED), Ordering::Relaxed);
+        self.stats
+            .exits_deferred
+            .store(get(kstat::EXITS_DEFERRED), Ordering::Relaxed);
     }
 }
 

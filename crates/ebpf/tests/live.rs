@@ -285,6 +285,50 @@ fn short_lived_burst_reaches_its_container() {
     );
 }
 
+/// A burst of exits far larger than the exit ring (one page: ~30 records): what does not fit
+/// stays in the process map, marked, and is collected at the next snapshot, so the container
+/// still gets all of its CPU time, every process is reported exited, and nothing counts as lost.
+#[test]
+fn exits_beyond_a_full_ring_are_not_lost() {
+    let test = "exits_beyond_a_full_ring_are_not_lost";
+    if skip_unless_root(test) {
+        return;
+    }
+    let Some(root) = cgroup2_mount() else {
+        skip(test, "no cgroup2 mount");
+        return;
+    };
+    let _serial = SERIAL.lock().unwrap_or_else(PoisonError::into_inner);
+    const N: u32 = 300;
+    let each = Duration::from_millis(3);
+    let tick = Duration::from_secs(5);
+    let classifier: Arc<dyn Classifier> = Arc::new(CgroupClassifier::new());
+    let settings = EbpfSettings {
+        exit_buffer_bytes: 4096,
+        ..EbpfSettings::default()
+    };
+    let mut src = EbpfSource::new("/proc", classifier, settings).unwrap();
+    let stats = src.stats();
+    let cg = TestCgroup::create_v2(&root, "ebpf-ring").unwrap();
+    let (attributed, used, exited) = burst_scenario(&mut src, &cg, N, each, tick);
+    // One more snapshot collects what the last one found marked.
+    src.snapshot().unwrap();
+    let share = attributed.as_secs_f64() / used.as_secs_f64();
+    let deferred = stats
+        .exits_deferred
+        .load(std::sync::atomic::Ordering::Relaxed);
+    println!(
+        "burst of {N} × {each:?} through a one-page exit ring: attributed {attributed:?} of \
+         {used:?} ({:.1}%), {exited} exited processes, {deferred} exits deferred; {stats}",
+        share * 100.0
+    );
+    assert!(deferred > 0, "the ring never filled: {stats}");
+    assert_eq!(stats.dropped(), 0, "{stats}");
+    assert!(exited > N as usize, "every process reported, got {exited}");
+    assert!(share >= 0.95, "attributed only {:.1}%", share * 100.0);
+    assert!(share <= 1.05, "attributed {:.1}%", share * 100.0);
+}
+
 /// The same burst where the container exists only in the v1 cpu/cpuacct hierarchies (a hybrid
 /// host's cgroupfs-driver runtime): exited processes reach it through the cpu cgroup id that
 /// the exit record carries.

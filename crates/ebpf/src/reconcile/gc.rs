@@ -29,51 +29,54 @@ pub(super) fn round_robin(mut ids: Vec<u32>, cursor: &mut u32, n: usize) -> Vec<
 }
 
 impl Reconciler {
-    /// Removes live entries whose process is gone and returns them, to be reported as exited.
-    /// Only entries that did not move since the previous snapshot are suspects, and only a
-    /// bounded batch of them is checked against /proc per snapshot.
+    /// Removes live entries whose process is gone and returns them, to be reported as exited:
+    /// every entry the kernel marked exited (its exit ring was full), and, of the entries that
+    /// did not move since the previous snapshot, a bounded batch found gone in /proc.
     pub(super) fn collect_gone(
         &mut self,
         host: &mut impl Host,
         live: &HashMap<u32, TaskTotals>,
     ) -> Vec<(ProcessKey, TaskTotals)> {
-        let idle: Vec<u32> = live
-            .iter()
-            .filter(|(tgid, t)| {
-                self.known
-                    .get(&host.key(**tgid, t.start_ns))
-                    .is_some_and(|k| k.last_cpu_ns == t.cpu_ns)
-            })
-            .map(|(tgid, _)| *tgid)
-            .collect();
-        let budget = idle.len().div_ceil(GC_EVERY).min(GC_BATCH);
         let mut gone = Vec::new();
+        let mut idle = Vec::new();
+        for (tgid, t) in live {
+            if t.flags & TaskTotals::EXITED != 0 {
+                gone.extend(take(host, *tgid, t));
+            } else if self
+                .known
+                .get(&host.key(*tgid, t.start_ns))
+                .is_some_and(|k| k.last_cpu_ns == t.cpu_ns)
+            {
+                idle.push(*tgid);
+            }
+        }
+        let budget = idle.len().div_ceil(GC_EVERY).min(GC_BATCH);
         for tgid in round_robin(idle, &mut self.gc_cursor, budget) {
             let Some(t) = live.get(&tgid) else {
                 continue;
             };
-            let key = host.key(tgid, t.start_ns);
-            if host.is_alive(key) {
-                continue;
-            }
-            // Re-read just before removing. No entry: the kernel handed it to the exits ring
-            // since the map was read, and the ring reports it. Another start time: the tgid now
-            // belongs to a new process, which is alive.
-            let Some(cur) = host.entry(tgid) else {
-                continue;
-            };
-            if cur.start_ns != t.start_ns {
-                continue;
-            }
-            // The delete decides who owns the entry: if the kernel moved it to the ring since
-            // the re-read, this delete fails and the ring record reports the process; reporting
-            // it here as well would count its whole lifetime twice. (The window left, a move
-            // and a reuse of the same tgid between these two calls, takes a pid wrap-around
-            // within microseconds.)
-            if host.delete(tgid) {
-                gone.push((key, cur));
+            if !host.is_alive(host.key(tgid, t.start_ns)) {
+                gone.extend(take(host, tgid, t));
             }
         }
         gone
     }
+}
+
+/// Removes the entry read as `t` from the map and returns its latest totals, unless the kernel
+/// handed it over in the meantime.
+fn take(host: &mut impl Host, tgid: u32, t: &TaskTotals) -> Option<(ProcessKey, TaskTotals)> {
+    // Re-read just before removing. No entry: the kernel handed it to the exits ring since
+    // the map was read, and the ring reports it. Another start time: the tgid now belongs to a
+    // new process, which is alive.
+    let cur = host.entry(tgid)?;
+    if cur.start_ns != t.start_ns {
+        return None;
+    }
+    // The delete decides who owns the entry: if the kernel moved it to the ring since the
+    // re-read, this delete fails and the ring record reports the process; reporting it here as
+    // well would count its whole lifetime twice. (The window left, a move and a reuse of the
+    // same tgid between these two calls, takes a pid wrap-around within microseconds.)
+    host.delete(tgid)
+        .then(|| (host.key(tgid, cur.start_ns), cur))
 }

@@ -586,3 +586,56 @@ fn counters_are_reported_only_for_the_loaded_probes() {
     ];
     assert_eq!(got, [2, 3, 4, 5, 6, 7, 8].map(Some));
 }
+
+#[test]
+fn an_entry_marked_exited_is_collected_at_the_next_snapshot() {
+    // The kernel found the exit ring full: the group's entry stays in the map, marked. It is
+    // collected at once (not after an idle round, and without asking /proc), reported exited
+    // with the totals re-read just before the delete, and only once.
+    let mut rec = reconciler();
+    let mut host = Fake::default();
+    let marked = TaskTotals {
+        flags: TaskTotals::EXITED,
+        cgroup_id: 9,
+        ..totals(SEC, 500)
+    };
+    let later = TaskTotals {
+        cpu_ns: 520,
+        ..marked
+    };
+    host.map.insert(7, later);
+    // An unmarked entry of a live, never-seen process is left alone.
+    host.procs.insert(key(8, SEC));
+    let step = rec.step(&mut host, live(&[(7, marked), (8, totals(SEC, 40))]));
+    assert!(
+        host.checked.is_empty(),
+        "no /proc check: {:?}",
+        host.checked
+    );
+    assert_eq!(host.deletes, [7]);
+    assert_eq!(step.gc_removed, 1);
+    // Never described while alive, so described from what BPF kept (no exit record).
+    assert_eq!(reports(&step, key(7, SEC)), [(520, true, String::new())]);
+    let of_7: Vec<_> = host
+        .described
+        .iter()
+        .filter(|d| d.0 == key(7, SEC))
+        .collect();
+    assert_eq!(of_7, [&(key(7, SEC), Some(ExitInfo::default()))]);
+    assert_eq!(reports(&step, key(8, SEC)), [(40, false, "p8".into())]);
+    let step = rec.step(&mut host, live(&[(8, totals(SEC, 40))]));
+    assert!(reports(&step, key(7, SEC)).is_empty(), "reported once");
+
+    // If the kernel hands the marked entry over first (its tgid reused, the ring had room),
+    // the delete fails: the entry read is reported as live, and the exit record ends it.
+    let mut rec = reconciler();
+    let mut host = Fake::default();
+    host.map.insert(7, marked);
+    host.kernel_wins.insert(7);
+    let step = rec.step(&mut host, live(&[(7, marked)]));
+    assert_eq!(step.gc_removed, 0);
+    assert_eq!(reports(&step, key(7, SEC)), [(500, false, "p7".into())]);
+    rec.queue_exits(&host, [record(7, SEC, 510, "")]);
+    let step = rec.step(&mut host, Observed::default());
+    assert_eq!(reports(&step, key(7, SEC)), [(510, true, "p7".into())]);
+}
