@@ -110,7 +110,7 @@ fn load_with(
     settings: &EbpfSettings,
     open_counters: impl FnOnce(&[u32]) -> Result<perf::Counters, String>,
 ) -> Result<Loaded, Unavailable> {
-    crate::caps::check_self().map_err(|r| Unavailable::new(format!("eBPF: {r}")))?;
+    crate::caps::check_self().map_err(|r| Unavailable::denied(format!("eBPF: {r}")))?;
     let btf = Btf::from_sys_fs()
         .map_err(|e| unavailable("kernel BTF (/sys/kernel/btf/vmlinux) unusable", &e))?;
 
