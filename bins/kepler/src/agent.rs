@@ -12,8 +12,8 @@ use kepler_core::{
 use kepler_exporters::on_demand::Wait;
 use kepler_exporters::{
     AgentState, AgentStats, EbpfCounts, ExportContext, Output, OutputError, ProcessStats,
-    PrometheusOutput,
-    Publication, Readiness, RefreshOnScrape, Routes, SelfCollectors, SelfReader, StdoutOutput,
+    PrometheusOutput, Publication, Readiness, RefreshOnScrape, Routes, SelfCollectors, SelfReader,
+    StdoutOutput,
 };
 use kepler_http::shutdown_signal;
 use kepler_sources::HostFacts;
@@ -194,10 +194,7 @@ pub fn run(config: Config) -> Result<()> {
                 () = reader_gone.notified() => {}
             }
         };
-        server
-            .serve(router, stop)
-            .await
-            .context("serving HTTP")
+        server.serve(router, stop).await.context("serving HTTP")
     });
     // One shutdown path, whether serving ended by a signal or an error.
     if let Some(refresh) = &on_demand {

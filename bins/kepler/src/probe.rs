@@ -182,7 +182,10 @@ mod tests {
         assert_eq!(other_users_note(Some(1 << CAP_SYS_PTRACE)), None);
         assert_eq!(other_users_note(Some(0x1ff_ffff_ffff)), None, "root");
         let none = other_users_note(Some(0)).unwrap();
-        assert!(none.contains("CAP_SYS_PTRACE") && none.contains("exe"), "{none}");
+        assert!(
+            none.contains("CAP_SYS_PTRACE") && none.contains("exe"),
+            "{none}"
+        );
     }
 
     #[test]

@@ -128,7 +128,10 @@ fn idle_connections_cannot_take_the_samplers_descriptors() {
         "kepler_agent_http_refused_total",
         &[("reason", "connection_limit")],
     );
-    assert!(refused >= 1.0, "{refused} connections counted as waiting at the cap");
+    assert!(
+        refused >= 1.0,
+        "{refused} connections counted as waiting at the cap"
+    );
     let expected = held.as_secs_f64() / 0.5;
     assert!(
         after - before >= expected / 3.0,

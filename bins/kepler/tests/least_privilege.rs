@@ -162,8 +162,9 @@ fn without_capabilities_the_agent_serves_and_names_what_it_may_not_read() {
     let report = probe(as_nobody(&[]), &host.sysfs);
     let rapl = probe_line(&report, "rapl");
     assert!(
-        rapl.contains(&format!("not available  permission denied reading {counter}"))
-            && rapl.contains("CVE-2020-8694"),
+        rapl.contains(&format!(
+            "not available  permission denied reading {counter}"
+        )) && rapl.contains("CVE-2020-8694"),
         "{rapl}"
     );
     assert!(

@@ -244,9 +244,16 @@ mod tests {
         assert!(!rapl.is_up());
         assert_eq!(rapl.errors(), 1);
         assert_eq!(rapl.unusable(), Some(UnusableReason::PermissionDenied));
-        assert_eq!(health.register(ComponentKind::Source, "procfs").unusable(), None);
+        assert_eq!(
+            health.register(ComponentKind::Source, "procfs").unusable(),
+            None
+        );
         rapl.set_up();
-        assert_eq!(rapl.unusable(), None, "a component that works is no longer unusable");
+        assert_eq!(
+            rapl.unusable(),
+            None,
+            "a component that works is no longer unusable"
+        );
     }
 
     #[test]
@@ -256,8 +263,16 @@ mod tests {
         assert_eq!(log.occur(at(100)), Some(0), "the first is logged");
         let held: Vec<_> = (101..=159).map(|s| log.occur(at(s))).collect();
         assert!(held.iter().all(Option::is_none), "{held:?}");
-        assert_eq!(log.occur(at(160)), Some(59), "a minute later, with the count");
+        assert_eq!(
+            log.occur(at(160)),
+            Some(59),
+            "a minute later, with the count"
+        );
         assert_eq!(log.occur(at(161)), None);
-        assert_eq!(log.occur(at(400)), Some(1), "a quiet spell logs the next at once");
+        assert_eq!(
+            log.occur(at(400)),
+            Some(1),
+            "a quiet spell logs the next at once"
+        );
     }
 }

@@ -309,7 +309,10 @@ mod tests {
             source,
         };
         let r = skip_reason(p, io_err(io::Error::from(io::ErrorKind::PermissionDenied)));
-        assert!(r.as_ref().is_err_and(|e| e.denied), "reported as denied access");
+        assert!(
+            r.as_ref().is_err_and(|e| e.denied),
+            "reported as denied access"
+        );
         assert_eq!(
             r.unwrap_err().reason,
             "permission denied reading /sys/class/powercap/intel-rapl:0/energy_uj: run as root or grant read access (CVE-2020-8694 made it root-only)"
