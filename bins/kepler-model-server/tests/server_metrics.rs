@@ -143,3 +143,67 @@ fn metrics_count_requests_models_and_memory() {
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+/// Refusals happen before any route, so they are counted apart from the requests: each 401 of
+/// basic auth and each 429 of the web config's rate limit, exactly as this test caused them.
+#[test]
+fn refusals_of_auth_and_the_rate_limit_are_counted() {
+    let db = model_db();
+    let conf = tempfile::tempdir().expect("tempdir");
+    let hash = bcrypt::hash("s3cret", 4).expect("bcrypt");
+    let web = conf.path().join("web.yml");
+    // Six requests at once, then one every 2 s.
+    std::fs::write(
+        &web,
+        format!("basic_auth_users:\n  kepler: {hash}\nrate_limit:\n  interval: 2s\n  burst: 6\n"),
+    )
+    .expect("write");
+    let server = serve(
+        db.path(),
+        &["--web.config-file", web.to_str().expect("path")],
+    );
+    let get = |password: Option<&str>, path: &str| {
+        let mut r = client().get(server.url(path));
+        if let Some(p) = password {
+            r = r.basic_auth("kepler", Some(p));
+        }
+        r.send().expect("GET")
+    };
+    let statuses: Vec<u16> = [None, Some("wrong"), Some("s3cret")]
+        .into_iter()
+        .map(|p| get(p, "/models").status().as_u16())
+        .collect();
+    assert_eq!(statuses, [401, 401, 200]);
+    // Spend the burst until the limit answers, counting every 429 this test receives.
+    let mut limited = 0;
+    for _ in 0..50 {
+        if get(Some("s3cret"), "/models").status() == StatusCode::TOO_MANY_REQUESTS {
+            limited += 1;
+            if limited == 3 {
+                break;
+            }
+        }
+    }
+    assert_eq!(limited, 3, "the rate limit never answered 429");
+    let text = loop {
+        let r = get(Some("s3cret"), "/metrics");
+        if r.status() == StatusCode::TOO_MANY_REQUESTS {
+            limited += 1;
+            std::thread::sleep(std::time::Duration::from_millis(500));
+            continue;
+        }
+        assert_eq!(r.status(), StatusCode::OK);
+        break r.text().expect("text");
+    };
+    let s = samples(&text);
+    let refused = |reason: &str| {
+        s.get(&format!(
+            "kepler_model_server_http_refused_total{{reason=\"{reason}\"}}"
+        ))
+        .copied()
+        .unwrap_or_else(|| panic!("{reason} missing in\n{text}"))
+    };
+    assert_eq!(refused("unauthorized"), 2.0);
+    assert_eq!(refused("rate_limited"), f64::from(limited));
+    assert_eq!(refused("connection_limit"), 0.0);
+}

@@ -7,12 +7,13 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result};
 use kepler_core::{
     AttributionConfig, Attributor, Background, Catalogue, ComponentHealth, ComponentKind, Health,
-    MicroJoules, StopSignal, TerminatedPolicy,
+    MicroJoules, RepeatLog, StopSignal, TerminatedPolicy, UnusableReason,
 };
 use kepler_exporters::on_demand::Wait;
 use kepler_exporters::{
-    AgentState, AgentStats, EbpfCounts, ExportContext, Output, ProcessStats, PrometheusOutput,
-    Publication, Readiness, RefreshOnScrape, Routes, SelfCollectors, SelfReader, StdoutOutput,
+    AgentState, AgentStats, EbpfCounts, ExportContext, Output, OutputError, ProcessStats,
+    PrometheusOutput, Publication, Readiness, RefreshOnScrape, Routes, SelfCollectors, SelfReader,
+    StdoutOutput,
 };
 use kepler_http::shutdown_signal;
 use kepler_sources::HostFacts;
@@ -45,6 +46,8 @@ pub fn run(config: Config) -> Result<()> {
         }
     };
     context.health = health.clone();
+    let refusals = Arc::new(kepler_http::Refusals::new());
+    context.http_refusals = Some(refusals.clone());
     context.self_collectors = self_collectors(&config);
     let self_collectors = context.self_collectors;
     let state = Arc::new(AgentState::new(context));
@@ -63,10 +66,13 @@ pub fn run(config: Config) -> Result<()> {
         nudge
     });
     let setup::Usage {
-        source, ebpf_stats, ..
+        source,
+        ebpf_stats,
+        ebpf,
     } = setup::usage_source(&config, catalogue.clone(), nudge)?;
     let setup::Selection { meters, attempts } =
         setup::select_meters(&config, &host, &source.features(), &background);
+    report_denied(&health, &ebpf, &attempts);
     // Everything that needed the host's facts has them now; the raw texts need not stay.
     drop(host);
     info!(
@@ -121,6 +127,8 @@ pub fn run(config: Config) -> Result<()> {
             (o, h)
         })
         .collect();
+    // Set when an output's reader went away for good (`--exporter.stdout | head`).
+    let reader_gone = Arc::new(tokio::sync::Notify::new());
     let ticker = Ticker {
         state: state.clone(),
         sampler,
@@ -128,6 +136,9 @@ pub fn run(config: Config) -> Result<()> {
         ebpf_stats,
         own_process: own_process_reader(self_collectors),
         ticks: 0,
+        reader_gone: reader_gone.clone(),
+        failed_ticks: RepeatLog::default(),
+        started: Instant::now(),
     };
     // `monitor.interval: 0` is upstream's refresh-on-scrape mode, bounded by `staleness`.
     let on_demand = config
@@ -164,7 +175,8 @@ pub fn run(config: Config) -> Result<()> {
         };
         let server = kepler_http::Server::bind(&config.web.listen_addresses, web)
             .await
-            .context("web.listenAddresses")?;
+            .context("web.listenAddresses")?
+            .with_refusals(refusals);
         let mut router = kepler_exporters::router_with(
             state.clone(),
             Routes {
@@ -176,10 +188,13 @@ pub fn run(config: Config) -> Result<()> {
             info!(heap, "serving profiles at /debug/pprof/");
             router = router.merge(crate::profiling::router());
         }
-        server
-            .serve(router, shutdown_signal())
-            .await
-            .context("serving HTTP")
+        let stop = async {
+            tokio::select! {
+                () = shutdown_signal() => {}
+                () = reader_gone.notified() => {}
+            }
+        };
+        server.serve(router, stop).await.context("serving HTTP")
     });
     // One shutdown path, whether serving ended by a signal or an error.
     if let Some(refresh) = &on_demand {
@@ -188,6 +203,37 @@ pub fn run(config: Config) -> Result<()> {
     service.shutdown();
     info!("stopped");
     served
+}
+
+/// Components the agent may not use for lack of privilege go into the health metrics with
+/// their reason, besides the probe: the host has them, and granting access would enable them.
+fn report_denied(
+    health: &Health,
+    ebpf: &Result<String, kepler_core::Unavailable>,
+    attempts: &[setup::Attempt],
+) {
+    if let Err(e) = ebpf {
+        if e.denied {
+            warn!(reason = %e, "eBPF not permitted; using procfs");
+            health.register_unusable(
+                ComponentKind::Source,
+                "ebpf",
+                UnusableReason::PermissionDenied,
+            );
+        }
+    }
+    for attempt in attempts {
+        if let Err(e) = &attempt.outcome {
+            if e.denied {
+                warn!(meter = attempt.meter.as_str(), reason = %e, "meter not permitted");
+                health.register_unusable(
+                    ComponentKind::Meter,
+                    attempt.meter.as_str(),
+                    UnusableReason::PermissionDenied,
+                );
+            }
+        }
+    }
 }
 
 /// Starts the background work the opened components asked for (a model refresh, BMC pollers) on the
@@ -264,6 +310,10 @@ struct Ticker {
     ebpf_stats: Option<Arc<kepler_ebpf::EbpfStats>>,
     own_process: Option<SelfReader>,
     ticks: u64,
+    reader_gone: Arc<tokio::sync::Notify>,
+    /// A source that fails every tick is logged once a minute, not every tick.
+    failed_ticks: RepeatLog,
+    started: Instant,
 }
 
 impl Ticker {
@@ -285,9 +335,15 @@ impl Ticker {
                     },
                     has_energy: self.sampler.had_energy(),
                 };
-                publish(&mut self.outputs, &publication);
+                if publish(&mut self.outputs, &publication) {
+                    self.reader_gone.notify_one();
+                }
             }
-            Err(e) => warn!(error = %e, "tick failed; keeping the previous snapshot"),
+            Err(e) => {
+                if let Some(held) = self.failed_ticks.occur(self.started.elapsed()) {
+                    warn!(error = %e, repeats_not_logged = held, "tick failed; keeping the previous snapshot");
+                }
+            }
         }
         self.state.liveness().beat();
     }
@@ -348,22 +404,34 @@ fn sample_loop(mut ticker: Ticker, schedule: Schedule, stop: StopSignal) {
 }
 
 /// Hands the tick to every output; one that fails is counted and logged once, and the others
-/// still get the snapshot.
-fn publish(outputs: &mut [(Box<dyn Output>, Arc<ComponentHealth>)], publication: &Publication) {
-    for (output, health) in outputs.iter_mut() {
-        match output.publish(publication) {
-            Ok(()) => {
-                if health.set_up() {
-                    info!(output = output.name(), "output works again");
-                }
+/// still get the snapshot. An output whose reader went away for good is dropped from the list;
+/// returns true then, and the agent shuts down.
+fn publish(
+    outputs: &mut Vec<(Box<dyn Output>, Arc<ComponentHealth>)>,
+    publication: &Publication,
+) -> bool {
+    let mut gone = false;
+    outputs.retain_mut(|(output, health)| match output.publish(publication) {
+        Ok(()) => {
+            if health.set_up() {
+                info!(output = output.name(), "output works again");
             }
-            Err(error) => {
-                if health.set_down() {
-                    warn!(output = output.name(), %error, "output failed; snapshots are skipped until it recovers");
-                }
-            }
+            true
         }
-    }
+        Err(error @ OutputError::Closed(_)) => {
+            health.set_down();
+            info!(output = output.name(), %error, "stopping the agent");
+            gone = true;
+            false
+        }
+        Err(error) => {
+            if health.set_down() {
+                warn!(output = output.name(), %error, "output failed; snapshots are skipped until it recovers");
+            }
+            true
+        }
+    });
+    gone
 }
 
 #[cfg(test)]

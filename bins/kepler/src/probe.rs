@@ -13,6 +13,9 @@ pub fn report(config: &Config) -> String {
     let _ = writeln!(out, "Usage sources:");
     let procfs = kepler_sources::procfs::probe(&config.host.procfs);
     line(&mut out, "procfs", procfs.map_err(|e| e.to_string()));
+    if let Some(note) = other_users_note(own_effective_caps()) {
+        let _ = writeln!(out, "{:27}{note}", "");
+    }
 
     // The agent's own choice of source, loaded once: its features also decide whether the
     // estimation model below can run.
@@ -23,7 +26,7 @@ pub fn report(config: &Config) -> String {
     );
     let (ebpf, selected, features) = match &usage {
         Ok(u) => (
-            u.ebpf.clone(),
+            u.ebpf.clone().map_err(|e| e.to_string()),
             u.source.name().to_string(),
             u.source.features(),
         ),
@@ -136,6 +139,29 @@ fn describe(meter: &dyn PowerMeter) -> String {
     text
 }
 
+/// Linux's CAP_SYS_PTRACE: reading another user's `/proc/<pid>/exe` and `environ` is a ptrace
+/// access check, which file permissions or CAP_DAC_READ_SEARCH do not pass.
+const CAP_SYS_PTRACE: u32 = 19;
+
+/// The agent's own effective capabilities (root has them all), from `/proc/self/status`.
+fn own_effective_caps() -> Option<u64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let hex = status.lines().find_map(|l| l.strip_prefix("CapEff:"))?;
+    u64::from_str_radix(hex.trim(), 16).ok()
+}
+
+/// What procfs cannot tell about other users' processes without CAP_SYS_PTRACE.
+fn other_users_note(caps: Option<u64>) -> Option<&'static str> {
+    match caps {
+        Some(eff) if eff & (1 << CAP_SYS_PTRACE) != 0 => None,
+        Some(_) => Some(
+            "without CAP_SYS_PTRACE: exe and environ of other users' processes are unreadable \
+             (empty exe labels, no container names from the environment)",
+        ),
+        None => Some("cannot read /proc/self/status to check CAP_SYS_PTRACE"),
+    }
+}
+
 fn line(out: &mut String, name: &str, outcome: Result<String, String>) {
     let _ = match outcome {
         Ok(detail) => writeln!(out, "  {name:<8} available      {detail}"),
@@ -150,6 +176,17 @@ mod tests {
     use kepler_meters::fixtures::PowercapTree;
 
     use super::*;
+
+    #[test]
+    fn says_what_other_users_processes_hide_without_ptrace() {
+        assert_eq!(other_users_note(Some(1 << CAP_SYS_PTRACE)), None);
+        assert_eq!(other_users_note(Some(0x1ff_ffff_ffff)), None, "root");
+        let none = other_users_note(Some(0)).unwrap();
+        assert!(
+            none.contains("CAP_SYS_PTRACE") && none.contains("exe"),
+            "{none}"
+        );
+    }
 
     #[test]
     fn lists_every_meter_per_domain_with_the_selected_one() {

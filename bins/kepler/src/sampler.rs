@@ -8,8 +8,8 @@ use std::time::{Duration, Instant};
 use kepler_core::features::{features, node_features, FeatureRates, Features};
 use kepler_core::{
     zone_energies_within, Attributor, ComponentHealth, ComponentKind, EnergyLimits, EnergySnapshot,
-    Health, MeterInput, PlatformPower, PowerMeter, PowerSnapshot, Tick, UsageSnapshot, UsageSource,
-    ZoneEnergy, ZoneMeta, ZoneReading,
+    Health, MeterInput, PlatformPower, PowerMeter, PowerSnapshot, RepeatLog, Tick, UsageSnapshot,
+    UsageSource, ZoneEnergy, ZoneMeta, ZoneReading,
 };
 use tracing::{debug, warn};
 
@@ -24,6 +24,8 @@ struct MeterSlot {
     /// Spare buffer for reads, recycled from the snapshot before last.
     spare: Vec<ZoneReading>,
     health: Arc<ComponentHealth>,
+    /// A meter that lies every tick is logged once a minute; its error counter counts all.
+    dropped_log: RepeatLog,
 }
 
 pub struct Sampler {
@@ -72,6 +74,7 @@ impl Sampler {
                     meter,
                     previous: None,
                     spare: Vec::new(),
+                    dropped_log: RepeatLog::default(),
                 })
                 .collect(),
             attributor,
@@ -223,7 +226,9 @@ fn read_meter(
         let (zones, issues) = zone_energies_within(previous, &current, &slot.meta, limits);
         for issue in issues {
             slot.health.count_error();
-            warn!(meter = name, %issue, "energy sample dropped");
+            if let Some(held) = slot.dropped_log.occur(current.at) {
+                warn!(meter = name, %issue, repeats_not_logged = held, "energy sample dropped");
+            }
         }
         energies.extend(zones);
         current.at.saturating_sub(previous.at)

@@ -106,7 +106,7 @@ pub struct Usage {
     pub source: Box<dyn UsageSource>,
     pub ebpf_stats: Option<Arc<kepler_ebpf::EbpfStats>>,
     /// What eBPF offers here (its probes), or why it is not the source.
-    pub ebpf: Result<String, String>,
+    pub ebpf: Result<String, Unavailable>,
 }
 
 /// eBPF when `ebpf.enabled` allows it and it loads; procfs otherwise (`auto`), or an error
@@ -148,7 +148,7 @@ pub fn usage_source(
             }
             Err(reason) if config.ebpf.enabled == EbpfMode::Auto => {
                 info!(%reason, "eBPF unavailable; usage source: procfs");
-                return procfs_source(config, classifier, Err(reason.to_string()));
+                return procfs_source(config, classifier, Err(reason));
             }
             Err(reason) => {
                 return Err(anyhow::anyhow!(
@@ -160,14 +160,14 @@ pub fn usage_source(
     procfs_source(
         config,
         classifier,
-        Err("disabled by ebpf.enabled: false".into()),
+        Err(Unavailable::new("disabled by ebpf.enabled: false")),
     )
 }
 
 fn procfs_source(
     config: &Config,
     classifier: Arc<dyn Classifier>,
-    ebpf: Result<String, String>,
+    ebpf: Result<String, Unavailable>,
 ) -> Result<Usage> {
     let source = kepler_sources::ProcfsSource::new(config.host.procfs.clone(), classifier)
         .with_context(|| format!("procfs usage source at {}", config.host.procfs.display()))?;

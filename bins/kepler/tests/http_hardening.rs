@@ -122,10 +122,81 @@ fn idle_connections_cannot_take_the_samplers_descriptors() {
             }
         }
     };
+    // Connections beyond the cap waited for a slot, and the agent counted them.
+    let refused = one(
+        &parse_metrics(&common::http_get(port, "/metrics").expect("scrape").1),
+        "kepler_agent_http_refused_total",
+        &[("reason", "connection_limit")],
+    );
+    assert!(
+        refused >= 1.0,
+        "{refused} connections counted as waiting at the cap"
+    );
     let expected = held.as_secs_f64() / 0.5;
     assert!(
         after - before >= expected / 3.0,
         "{} ticks in {held:?} while idle connections were held (expected about {expected:.0})",
         after - before
     );
+}
+
+/// A GET with basic auth when `auth` is given; returns (status, body).
+fn get_as(port: u16, path: &str, auth: Option<(&str, &str)>) -> std::io::Result<(u16, String)> {
+    use base64::Engine as _;
+    use std::io::{Read, Write};
+    let mut stream = TcpStream::connect(("127.0.0.1", port))?;
+    stream.set_read_timeout(Some(Duration::from_secs(60)))?;
+    let mut request = format!("GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n");
+    if let Some((user, password)) = auth {
+        let token = base64::engine::general_purpose::STANDARD.encode(format!("{user}:{password}"));
+        request.push_str(&format!("Authorization: Basic {token}\r\n"));
+    }
+    request.push_str("\r\n");
+    stream.write_all(request.as_bytes())?;
+    let mut response = String::new();
+    stream.read_to_string(&mut response)?;
+    let status = response
+        .split_whitespace()
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0);
+    let body = response
+        .split_once("\r\n\r\n")
+        .map(|(_, b)| b.to_string())
+        .unwrap_or_default();
+    Ok((status, body))
+}
+
+#[test]
+fn requests_refused_by_basic_auth_are_counted() {
+    let dir = tempfile::tempdir().unwrap();
+    let hash = bcrypt::hash("s3cret", 4).unwrap();
+    let web = dir.path().join("web.yml");
+    std::fs::write(&web, format!("basic_auth_users:\n  alice: '{hash}'\n")).unwrap();
+    let sysfs = sysfs_dir();
+    let _sim = PowercapSim::start(sysfs.path(), &[("package-0", 30.0, 1 << 40)]);
+    let (_agent, port) = common::start_agent(&[
+        "--host.sysfs",
+        sysfs.path().to_str().unwrap(),
+        "--web.config-file",
+        web.to_str().unwrap(),
+    ]);
+    let alice = Some(("alice", "s3cret"));
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !matches!(get_as(port, "/healthz", alice), Ok((200, _))) {
+        assert!(Instant::now() < deadline, "the agent never served");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let refused = [None, Some(("alice", "wrong")), Some(("bob", "s3cret"))];
+    for auth in refused {
+        assert_eq!(get_as(port, "/metrics", auth).unwrap().0, 401, "{auth:?}");
+    }
+    let (status, body) = get_as(port, "/metrics", alice).unwrap();
+    assert_eq!(status, 200);
+    // The body may come chunked; the counter's line is whole within a chunk.
+    let line = body
+        .lines()
+        .find(|l| l.starts_with("kepler_agent_http_refused_total{reason=\"unauthorized\""))
+        .unwrap_or_else(|| panic!("no unauthorized counter in\n{body}"));
+    assert!(line.ends_with(" 3"), "{line}");
 }

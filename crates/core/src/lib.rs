@@ -29,7 +29,9 @@ pub use energy::{
     ZoneEnergy, ZoneReading, ZoneSample, ZoneWeights,
 };
 pub use features::Feature;
-pub use health::{ComponentHealth, ComponentKind, Health};
+pub use health::{
+    ComponentHealth, ComponentKind, Health, RepeatLog, UnusableReason, REPEAT_LOG_WINDOW,
+};
 pub use lifecycle::{Background, BackgroundTask, StopSignal};
 pub use platform::{PlatformLabels, PlatformPower};
 pub use plausible::EnergyLimits;

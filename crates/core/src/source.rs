@@ -12,12 +12,25 @@ use crate::usage::UsageSnapshot;
 #[error("{reason}")]
 pub struct Unavailable {
     pub reason: String,
+    /// Whether the host has the thing but the agent may not use it: that one the user can fix
+    /// by granting access, so the agent reports it in its health metrics too.
+    pub denied: bool,
 }
 
 impl Unavailable {
+    /// The host lacks it, or the configuration turned it off.
     pub fn new(reason: impl Into<String>) -> Self {
         Unavailable {
             reason: reason.into(),
+            denied: false,
+        }
+    }
+
+    /// The host has it, but the agent's user or capabilities may not read it.
+    pub fn denied(reason: impl Into<String>) -> Self {
+        Unavailable {
+            reason: reason.into(),
+            denied: true,
         }
     }
 }

@@ -111,7 +111,7 @@ fn load_with(
     settings: &EbpfSettings,
     open_counters: impl FnOnce(&[u32]) -> Result<perf::Counters, String>,
 ) -> Result<Loaded, Unavailable> {
-    crate::caps::check_self().map_err(|r| Unavailable::new(format!("eBPF: {r}")))?;
+    crate::caps::check_self().map_err(|r| Unavailable::denied(format!("eBPF: {r}")))?;
     // aya's EbpfLoader::new() parses all of the kernel's BTF (~19 MiB of heap here) whatever
     // `.btf()` says later. Made first, while nothing else is held, and its copy dropped at
     // once, that parse is the start-up peak alone; the one loader serves both loads below.

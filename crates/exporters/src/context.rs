@@ -70,6 +70,9 @@ pub struct ExportContext {
     pub health: Arc<Health>,
     /// Which `process_*` families are exported (upstream's debugCollectors).
     pub self_collectors: SelfCollectors,
+    /// What the agent's HTTP server turned away, read live at each scrape; `None` where no
+    /// server serves this context (tests, golden output).
+    pub http_refusals: Option<Arc<kepler_http::Refusals>>,
 }
 
 impl ExportContext {
@@ -83,6 +86,7 @@ impl ExportContext {
             agent: AgentStats::default(),
             health: Arc::new(Health::new()),
             self_collectors: SelfCollectors::default(),
+            http_refusals: None,
         }
     }
 }

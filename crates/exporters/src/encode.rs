@@ -298,7 +298,7 @@ pub fn encode(
 ) {
     let mut w = MetricWriter::new(out, format, &ctx.node_name);
     encode_head(&mut w, ctx);
-    encode_health(&mut w, &ctx.health);
+    encode_health(&mut w, &ctx.health, ctx.http_refusals.as_deref());
     encode_rest(&mut w, snapshot, ctx);
     w.finish();
 }
@@ -325,6 +325,7 @@ pub(crate) fn encode_health_only(ctx: &ExportContext, format: Format, out: &mut 
     encode_health(
         &mut MetricWriter::new(out, format, &ctx.node_name),
         &ctx.health,
+        ctx.http_refusals.as_deref(),
     );
 }
 
@@ -411,7 +412,11 @@ fn encode_self(w: &mut MetricWriter<'_>, p: &ProcessStats, on: SelfCollectors) {
     }
 }
 
-fn encode_health(w: &mut MetricWriter<'_>, health: &kepler_core::Health) {
+fn encode_health(
+    w: &mut MetricWriter<'_>,
+    health: &kepler_core::Health,
+    refusals: Option<&kepler_http::Refusals>,
+) {
     let components = health.components();
     {
         let mut f = w.family(&r::AGENT_COMPONENT_UP);
@@ -419,9 +424,25 @@ fn encode_health(w: &mut MetricWriter<'_>, health: &kepler_core::Health) {
             f.sample([c.kind().as_str(), c.name()], u64::from(c.is_up()));
         }
     }
-    let mut f = w.family(&r::AGENT_COMPONENT_ERRORS);
-    for c in &components {
-        f.sample([c.kind().as_str(), c.name()], c.errors());
+    {
+        let mut f = w.family(&r::AGENT_COMPONENT_ERRORS);
+        for c in &components {
+            f.sample([c.kind().as_str(), c.name()], c.errors());
+        }
+    }
+    {
+        let mut f = w.family(&r::AGENT_COMPONENT_UNAVAILABLE);
+        for c in &components {
+            if let Some(reason) = c.unusable() {
+                f.sample([c.kind().as_str(), c.name(), reason.as_str()], 1u64);
+            }
+        }
+    }
+    if let Some(refusals) = refusals {
+        let mut f = w.family(&r::AGENT_HTTP_REFUSED);
+        for reason in kepler_http::Refusal::ALL {
+            f.sample([reason.as_str()], refusals.get(reason));
+        }
     }
 }
 

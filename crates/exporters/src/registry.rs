@@ -511,6 +511,22 @@ pub static AGENT_COMPONENT_ERRORS: Desc<2> = Desc {
     level: None,
     node_name: true,
 };
+pub static AGENT_COMPONENT_UNAVAILABLE: Desc<3> = Desc {
+    name: "kepler_agent_component_unavailable_info",
+    help: "Components the agent tried and may not use, with why (1 each): reason permission_denied means the host has it but the agent's user or capabilities may not read it (kepler probe names the file)",
+    kind: Gauge,
+    labels: ["component", "name", "reason"],
+    level: None,
+    node_name: true,
+};
+pub static AGENT_HTTP_REFUSED: Desc<1> = Desc {
+    name: "kepler_agent_http_refused_total",
+    help: "Connections and requests the agent's HTTP server turned away since it started: reason connection_limit (a connection waited for a free slot), unauthorized (401, basic auth) or rate_limited (429, rate limit or password-check budget)",
+    kind: Counter,
+    labels: ["reason"],
+    level: None,
+    node_name: true,
+};
 pub static NODE_FEATURE_RATE: Desc<1> = Desc {
     name: "kepler_node_model_feature_rate",
     help: "Model input feature of the last interval at node level, per second (bpf_cpu_time_ms is busy cpu milliseconds per second); exported with ebpf.exportFeatures",
@@ -584,6 +600,8 @@ pub static ALL: &[&dyn Describe] = &[
     &AGENT_EBPF_TRACKED,
     &AGENT_COMPONENT_UP,
     &AGENT_COMPONENT_ERRORS,
+    &AGENT_COMPONENT_UNAVAILABLE,
+    &AGENT_HTTP_REFUSED,
     &PROCESS_CPU_SECONDS_SELF,
     &PROCESS_RESIDENT_MEMORY,
     &PROCESS_VIRTUAL_MEMORY,

@@ -18,6 +18,7 @@ use tokio::sync::Semaphore;
 
 use crate::budget::Budgets;
 use crate::rate_limit::Bucket;
+use crate::refusals::{Refusal, Refusals};
 use crate::web_config::{BcryptHash, WebConfig, WebConfigError};
 
 /// Basic auth and extra headers, applied to every route.
@@ -26,6 +27,7 @@ pub(crate) struct Guard {
     auth: Option<BasicAuth>,
     headers: Vec<(HeaderName, HeaderValue)>,
     rate: Option<Bucket>,
+    pub(crate) refusals: Arc<Refusals>,
 }
 
 impl Guard {
@@ -43,6 +45,7 @@ impl Guard {
             rate: web
                 .rate_limit
                 .map(|limit| Bucket::new(limit, Instant::now())),
+            refusals: Arc::default(),
         })
     }
 
@@ -62,6 +65,7 @@ pub(crate) async fn guard_layer(
         .as_ref()
         .is_some_and(|b| !b.allow(Instant::now()))
     {
+        guard.refusals.count(Refusal::RateLimited);
         let mut r = too_many();
         for (name, value) in &guard.headers {
             r.headers_mut().insert(name.clone(), value.clone());
@@ -82,6 +86,7 @@ pub(crate) async fn guard_layer(
     let mut response = match verdict {
         Verdict::Allowed => next.run(request).await,
         Verdict::Denied => {
+            guard.refusals.count(Refusal::Unauthorized);
             let mut r = (StatusCode::UNAUTHORIZED, "Unauthorized\n").into_response();
             r.headers_mut().insert(
                 WWW_AUTHENTICATE,
@@ -89,7 +94,10 @@ pub(crate) async fn guard_layer(
             );
             r
         }
-        Verdict::Limited => too_many(),
+        Verdict::Limited => {
+            guard.refusals.count(Refusal::RateLimited);
+            too_many()
+        }
     };
     for (name, value) in &guard.headers {
         response.headers_mut().insert(name.clone(), value.clone());

@@ -30,6 +30,8 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio::time::Sleep;
 
+use crate::refusals::{Refusal, Refusals};
+
 /// Upper bound on connections whatever the open-file limit: an exporter has a few scrapers and
 /// the model server a few agents per node; each connection costs buffers and a task.
 pub const MAX_CONNECTIONS: usize = 1024;
@@ -57,6 +59,7 @@ pub struct CappedListener {
     write_stall: Duration,
     /// Set while the cap is reached, so that reaching it is logged once per episode.
     at_cap: AtomicBool,
+    refusals: Arc<Refusals>,
 }
 
 impl CappedListener {
@@ -64,6 +67,7 @@ impl CappedListener {
         listener: std::net::TcpListener,
         slots: Arc<Semaphore>,
         write_stall: Duration,
+        refusals: Arc<Refusals>,
     ) -> io::Result<CappedListener> {
         listener.set_nonblocking(true)?;
         Ok(CappedListener {
@@ -71,6 +75,7 @@ impl CappedListener {
             slots,
             write_stall,
             at_cap: AtomicBool::new(false),
+            refusals,
         })
     }
 }
@@ -95,11 +100,15 @@ impl axum_server::AddrListener<Guarded, ClientAddr> for CappedListener {
                     );
                 }
                 // The semaphore is never closed; should it be, stop accepting with an error.
-                self.slots
+                let slot = self
+                    .slots
                     .clone()
                     .acquire_owned()
                     .await
-                    .map_err(io::Error::other)?
+                    .map_err(io::Error::other)?;
+                // The connection accepted next is one that waited for this slot.
+                self.refusals.count(Refusal::ConnectionLimit);
+                slot
             }
         };
         let (stream, addr) = self.inner.accept().await?;

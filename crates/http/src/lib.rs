@@ -16,6 +16,8 @@
 //!   open-file limit, write-stall and whole-response timeouts, bodies sent as shared slices,
 //!   per-client budgets of bcrypt checks, size-limited reads of the files the web config names,
 //!   certificates reloaded when their files change, and a 400 for plain HTTP on a TLS port.
+//! - [`Refusals`]: counts of connections and requests turned away, by reason, for the
+//!   binaries' own metrics.
 //! - [`shutdown_signal`]: SIGINT/SIGTERM as the shutdown future.
 //!
 //! # Why these dependencies
@@ -42,6 +44,7 @@ mod error;
 mod files;
 mod listen;
 mod rate_limit;
+mod refusals;
 mod server;
 mod signal;
 mod tls;
@@ -51,6 +54,7 @@ pub mod web_config;
 
 pub use conn::MAX_CONNECTIONS;
 pub use error::HttpError;
+pub use refusals::{Refusal, Refusals};
 pub use server::{Server, RESPONSE_TIMEOUT, WRITE_STALL_TIMEOUT};
 pub use signal::shutdown_signal;
 pub use web_config::{

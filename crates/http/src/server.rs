@@ -18,6 +18,7 @@ use crate::body::Paced;
 use crate::conn::{connection_limit, CappedListener, ClientAddr};
 use crate::error::HttpError;
 use crate::listen::bind_one;
+use crate::refusals::Refusals;
 use crate::tls_accept::{reload_on_change, RefusePlainHttp, RELOAD_CHECK};
 use crate::web_config::WebConfig;
 
@@ -50,7 +51,7 @@ pub struct Server {
     addrs: Vec<SocketAddr>,
     tls: Option<Arc<rustls::ServerConfig>>,
     http1_only: bool,
-    guard: Arc<Guard>,
+    guard: Guard,
     /// Kept to rebuild the TLS configuration when its files change.
     web: Option<WebConfig>,
     max_connections: usize,
@@ -97,7 +98,7 @@ impl Server {
             addrs,
             tls,
             http1_only: web.as_ref().is_some_and(|w| w.http1_only),
-            guard: Arc::new(guard),
+            guard,
             web,
             max_connections,
         })
@@ -118,6 +119,17 @@ impl Server {
         self.tls.is_some()
     }
 
+    /// Counts what this server turns away into `refusals` (by default, counters of its own).
+    pub fn with_refusals(mut self, refusals: Arc<Refusals>) -> Self {
+        self.guard.refusals = refusals;
+        self
+    }
+
+    /// What this server has turned away so far, by reason.
+    pub fn refusals(&self) -> Arc<Refusals> {
+        self.guard.refusals.clone()
+    }
+
     /// Serves `router` until `shutdown` completes, then stops accepting and lets in-flight
     /// requests finish (up to a few seconds). Returns early with an error if a listener fails.
     ///
@@ -130,9 +142,10 @@ impl Server {
     ) -> Result<(), HttpError> {
         // Layered last, over the whole router: axum applies a layer to the routes and the
         // fallback that exist when it is added.
+        let refusals = self.guard.refusals.clone();
         let app = router
             .layer(middleware::from_fn_with_state(
-                self.guard.clone(),
+                Arc::new(self.guard),
                 guard_layer,
             ))
             .layer(middleware::map_response(pace));
@@ -143,8 +156,13 @@ impl Server {
         let mut tasks = tokio::task::JoinSet::new();
         for (listener, address) in self.listeners.into_iter().zip(self.addrs.iter().copied()) {
             let serve_err = move |source| HttpError::Serve { address, source };
-            let listener = CappedListener::new(listener, slots.clone(), WRITE_STALL_TIMEOUT)
-                .map_err(serve_err)?;
+            let listener = CappedListener::new(
+                listener,
+                slots.clone(),
+                WRITE_STALL_TIMEOUT,
+                refusals.clone(),
+            )
+            .map_err(serve_err)?;
             let handle = axum_server::Handle::new();
             handles.push(handle.clone());
             let make = app

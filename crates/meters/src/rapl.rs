@@ -169,7 +169,7 @@ pub(crate) fn zone_name(raw: &str) -> String {
 /// `Err`; anything else only disqualifies that zone, and `Ok` carries the reason.
 pub(crate) fn skip_reason(energy_file: &Path, err: AttrError) -> Result<String, Unavailable> {
     if err.io_kind() == Some(io::ErrorKind::PermissionDenied) {
-        return Err(Unavailable::new(format!(
+        return Err(Unavailable::denied(format!(
             "permission denied reading {}: run as root or grant read access (CVE-2020-8694 made it root-only)",
             energy_file.display()
         )));
@@ -309,6 +309,10 @@ mod tests {
             source,
         };
         let r = skip_reason(p, io_err(io::Error::from(io::ErrorKind::PermissionDenied)));
+        assert!(
+            r.as_ref().is_err_and(|e| e.denied),
+            "reported as denied access"
+        );
         assert_eq!(
             r.unwrap_err().reason,
             "permission denied reading /sys/class/powercap/intel-rapl:0/energy_uj: run as root or grant read access (CVE-2020-8694 made it root-only)"

@@ -3,7 +3,8 @@
 //! retrain loop's runs and the process's resident memory.
 //!
 //! Requests are counted by a middleware inside the shared server's guard, so requests that
-//! basic auth turns away (401) are not counted here. Routes are the router's templates
+//! basic auth turns away (401) are not counted there but in `kepler_model_server_http_refused_total`,
+//! with the server's other refusals. Routes are the router's templates
 //! (`/models/{*path}`), never the request path, so that random 404 paths cannot grow the
 //! label set; a request no route matched counts under `route="unmatched"`.
 
@@ -95,6 +96,8 @@ pub struct ServerMetrics {
     uploads: Mutex<BTreeMap<UploadOutcome, u64>>,
     retrains: Mutex<BTreeMap<RetrainOutcome, u64>>,
     rescans: AtomicU64,
+    /// What the HTTP server turned away before any route (these never reach [`track`]).
+    pub http_refusals: Arc<kepler_http::Refusals>,
 }
 
 impl ServerMetrics {
@@ -180,6 +183,18 @@ impl ServerMetrics {
             writeln!(out, "{name}_count{{route=\"{route}\"}} {total}")?;
         }
         drop(by_route);
+
+        let refused = "kepler_model_server_http_refused_total";
+        family(
+            out,
+            refused,
+            "counter",
+            "Connections and requests the HTTP server turned away: connection_limit (waited for a free connection slot), unauthorized (401, basic auth) or rate_limited (429)",
+        )?;
+        for reason in kepler_http::Refusal::ALL {
+            let n = self.http_refusals.get(reason);
+            writeln!(out, "{refused}{{reason=\"{}\"}} {n}", reason.as_str())?;
+        }
 
         family(
             out,

@@ -106,7 +106,9 @@ async fn serve(args: &ServeArgs) -> Result<()> {
     log_index(&index, "model directory indexed");
     let state = Arc::new(AppState::new(args.model_dir.clone(), index, upload_token));
 
-    let server = kepler_http::Server::bind(&args.listen, web).await?;
+    let server = kepler_http::Server::bind(&args.listen, web)
+        .await?
+        .with_refusals(state.metrics.http_refusals.clone());
     // Installed before the address is announced: SIGHUP's default action ends the process,
     // so a client that rescans as soon as the server is up must find the handler in place.
     let hangups = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup()) {

@@ -28,6 +28,10 @@ pub struct Publication {
 pub enum OutputError {
     #[error("writing: {0}")]
     Io(#[from] std::io::Error),
+    /// The output's reader is gone for good (stdout piped into `head`, which exited): as any
+    /// filter in a pipeline, the agent stops rather than write to nobody every tick.
+    #[error("{0}: the reader went away")]
+    Closed(&'static str),
     #[error("{0}")]
     Other(String),
 }

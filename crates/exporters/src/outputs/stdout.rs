@@ -7,8 +7,8 @@ use kepler_core::{PowerSnapshot, WorkloadState};
 
 use super::{Output, OutputError, Publication};
 
-/// Prints [`summary`] of each tick to standard output. A closed pipe (`kepler | head`) is an
-/// error of this output, not a crash of the agent.
+/// Prints [`summary`] of each tick to standard output. A closed pipe (`kepler | head`) is
+/// [`OutputError::Closed`], on which the agent shuts down cleanly, not a panic.
 #[derive(Debug, Default)]
 pub struct StdoutOutput;
 
@@ -20,9 +20,12 @@ impl Output for StdoutOutput {
     fn publish(&mut self, publication: &Publication) -> Result<(), OutputError> {
         let text = summary(&publication.snapshot);
         let mut out = std::io::stdout().lock();
-        out.write_all(text.as_bytes())?;
-        out.flush()?;
-        Ok(())
+        match out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
+            Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => {
+                Err(OutputError::Closed("standard output"))
+            }
+            other => Ok(other?),
+        }
     }
 }
 

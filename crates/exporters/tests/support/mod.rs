@@ -59,6 +59,7 @@ pub fn context() -> ExportContext {
         },
         health: Arc::new(Health::new()),
         self_collectors: Default::default(),
+        http_refusals: None,
     }
 }
 

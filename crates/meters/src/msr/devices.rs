@@ -154,7 +154,7 @@ impl<'a> Opener<'a> {
                     return Ok(Some(i));
                 }
                 Err(e) if e.kind() == io::ErrorKind::PermissionDenied => {
-                    return Err(Unavailable::new(format!(
+                    return Err(Unavailable::denied(format!(
                         "permission denied opening {}: the msr meter needs root, or CAP_SYS_RAWIO and read access to /dev/cpu/*/msr",
                         path.display()
                     )));
