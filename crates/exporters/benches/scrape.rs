@@ -79,7 +79,7 @@ impl Host {
             let add = 1 + (i as u64 * 7 + tick) % 13;
             slot.1 += add;
             self.busy_ms += add;
-            let exited = (i as u64 + tick) % 20 == 0;
+            let exited = (i as u64 + tick).is_multiple_of(20);
             processes.push(ProcessUsage {
                 key: ProcessKey {
                     pid: slot.0,
