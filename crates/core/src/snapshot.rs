@@ -35,6 +35,11 @@ pub struct NodeZone {
     pub idle: ZoneValue,
     /// Active energy of intervals in which no workload used CPU time, so nothing could take it.
     pub unattributed: MicroJoules,
+    /// Active energy taken by processes that are not exported as series of their own (ended
+    /// below the terminated-energy threshold, or beyond the terminated cap). Their containers,
+    /// pods and VMs hold it; at process level, Σ of every process series' last value +
+    /// `hidden` + `unattributed` = `active`.
+    pub hidden: MicroJoules,
 }
 
 /// How idle power was separated from active power.

@@ -417,8 +417,8 @@ fn measured_baseline_learns_the_lowest_low_usage_power() {
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(200))]
 
-    /// Each snapshot's process power adds up to the node's active power, whatever ended
-    /// processes the retention rules drop.
+    /// Each snapshot's process power and the hidden processes' power add up to the node's
+    /// active power, whatever ended processes the retention rules drop or hide.
     #[test]
     fn process_power_adds_up_to_active_power_under_pruning(
         ticks in proptest::collection::vec(
@@ -436,6 +436,7 @@ proptest! {
         let mut cumulative = [0u64; 20];
         let mut gone = [false; 20];
         let mut unattributed = 0u64;
+        let mut hidden = 0u64;
         for (step, (procs, uj)) in ticks.into_iter().enumerate() {
             let uptime = 1000 + 2 * step as u64;
             let mut seen = std::collections::BTreeMap::new();
@@ -465,11 +466,15 @@ proptest! {
             });
             let node = &s.zones[0];
             let watts: f64 = s.processes.iter().map(|p| p.zones[0].watts.0).sum();
+            // Hidden processes (ended below the threshold or beyond the cap) are not exported;
+            // their power this tick is the growth of the zone's hidden energy.
+            let hidden_watts = (node.hidden.0 - hidden) as f64 / 2e6;
             if node.unattributed.0 == unattributed {
-                prop_assert!((watts - node.active.watts.0).abs() <= 1e-6 * node.active.watts.0.max(1.0),
-                    "processes {} W, node active {} W", watts, node.active.watts.0);
+                prop_assert!((watts + hidden_watts - node.active.watts.0).abs() <= 1e-6 * node.active.watts.0.max(1.0),
+                    "processes {} W + hidden {} W, node active {} W", watts, hidden_watts, node.active.watts.0);
             }
             unattributed = node.unattributed.0;
+            hidden = node.hidden.0;
         }
     }
 

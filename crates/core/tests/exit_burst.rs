@@ -1,7 +1,7 @@
 //! A burst of exits (hundreds of processes ending within one interval, as under a thousand
 //! exits a second) must not export more ended processes than `maxTerminated`, and the energy
-//! of those dropped in the very tick they took a share of stays accounted for, as the zone's
-//! unattributed energy. Sizes follow `PROPTEST_CASES` like every proptest here.
+//! of those hidden in the very tick they took a share of stays accounted for, as the zone's
+//! hidden energy. Sizes follow `PROPTEST_CASES` like every proptest here.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -68,6 +68,7 @@ proptest! {
         let mut next_pid = 1000u32;
         a.tick(Tick { usage: &usage(uptime, &[(1, 10, false)]), energy: Some(&[zone(0)]), interval: Duration::from_secs(1) });
         let mut previous_unattributed = 0u64;
+        let mut previous_hidden = 0u64;
         let mut previous_active = 0u64;
         for (burst, uj) in waves {
             uptime += 1;
@@ -82,15 +83,17 @@ proptest! {
             prop_assert!(ended <= max, "{} ended processes exported, cap {}", ended, max);
             // The cap keeps the most energetic, so it is filled whenever there are enough.
             prop_assert!(ended >= max.min(burst as usize), "{} ended kept, cap {}", ended, max);
-            // This tick's active energy is in exported processes' watts or in unattributed.
+            // This tick's active energy is in exported processes' watts, in hidden processes'
+            // energy or in unattributed.
             let node = &s.zones[0];
             let active = node.active.energy.0 - previous_active;
-            let unattributed = node.unattributed.0 - previous_unattributed;
+            let unattributed = node.unattributed.0 - previous_unattributed + node.hidden.0 - previous_hidden;
             let credited: f64 = s.processes.iter().map(|p| p.zones[0].watts.0).sum::<f64>() * 1e6;
             prop_assert!((credited + unattributed as f64 - active as f64).abs() <= 1.0 + 1e-9 * active as f64,
-                "credited {} + unattributed {} != active {}", credited, unattributed, active);
+                "credited {} + unattributed and hidden {} != active {}", credited, unattributed, active);
             previous_active = node.active.energy.0;
             previous_unattributed = node.unattributed.0;
+            previous_hidden = node.hidden.0;
         }
     }
 }

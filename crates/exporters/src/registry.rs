@@ -197,6 +197,12 @@ pub static NODE_CPU_UNATTRIBUTED_JOULES: Desc<2> = node(
     Counter,
     ZONE,
 );
+pub static NODE_CPU_HIDDEN_PROCESS_JOULES: Desc<2> = node(
+    "kepler_node_cpu_hidden_process_joules_total",
+    "Energy consumption of cpu in active state at node level in joules taken by processes that are not exported as series of their own, because they ended below monitor.minTerminatedEnergyThreshold or beyond monitor.maxTerminated; their containers, pods and VMs include it",
+    Counter,
+    ZONE,
+);
 pub static NODE_CPU_ZONE_INFO: Desc<6> = node(
     "kepler_node_cpu_zone_info",
     "Power meter that feeds each cpu zone at node level; source is measured (hardware), estimated (model), synthetic (the development fake meter) or unknown, model names the estimation model, reason says why that model was chosen",
@@ -619,6 +625,7 @@ pub static ALL: &[&dyn Describe] = &[
     &NODE_CPU_IDLE_WATTS,
     &NODE_CPU_USAGE_RATIO,
     &NODE_CPU_UNATTRIBUTED_JOULES,
+    &NODE_CPU_HIDDEN_PROCESS_JOULES,
     &NODE_CPU_ZONE_INFO,
     &NODE_CPU_ZONE_ESTIMATE_ERROR_WATTS,
     &NODE_CPU_ZONE_ESTIMATE_ERROR_RATIO,
@@ -671,6 +678,18 @@ pub fn metrics_markdown() -> String {
          for a retention time so that every scraper sees their final energy). `type` is \
          `regular`, `container` or `vm`; `container_id` and `vm_id` are empty for processes \
          outside a container or VM.\n\n",
+    );
+    s.push_str(
+        "Short-lived processes do not become series of their own. A process that ends with \
+         less energy (all zones together) than `monitor.minTerminatedEnergyThreshold` (10 J) is \
+         not exported as `terminated`, not even in the interval it ended, and at most \
+         `monitor.maxTerminated` (500) ended processes are, the most energetic; a running \
+         process always is. The energy of those left out stays in their container, pod and VM \
+         series and in the node's, and at process level in \
+         `kepler_node_cpu_hidden_process_joules_total`: per zone, the last value of every \
+         `kepler_process_cpu_joules_total` series plus the hidden and unattributed energy is \
+         the active energy, to the micro-joule. Processes outside any container or VM are only \
+         in that node-level sum once hidden.\n\n",
     );
     s.push_str(
         "`kepler_node_cpu_idle_policy_info` says `policy=\"none\"` when every zone comes from a \

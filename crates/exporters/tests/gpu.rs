@@ -34,6 +34,7 @@ fn gpu_zone(index: u32, device: bool) -> NodeZone {
         active: zv(200_000_000, 40.0),
         idle: zv(100_000_000, 20.0),
         unattributed: MicroJoules(0),
+        hidden: MicroJoules(0),
     }
 }
 

@@ -32,6 +32,7 @@ impl Attributor {
                     active: z.active,
                     idle: z.idle,
                     unattributed: z.unattributed,
+                    hidden: z.hidden,
                 })
                 .collect(),
             idle_policy: match &self.config.idle {
@@ -53,6 +54,7 @@ impl Attributor {
             processes: self
                 .processes
                 .iter()
+                .filter(|(_, p)| !p.hidden)
                 .map(|(key, p)| ProcessPower {
                     key: *key,
                     info: p.info.clone(),

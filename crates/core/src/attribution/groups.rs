@@ -93,6 +93,7 @@ impl Attributor {
         let zone_count = self.zones.len();
         let mut sums = std::mem::take(&mut self.group_sums);
         let mut this_tick = vec![MicroJoules::ZERO; zone_count];
+        self.listed_ended.clear();
         for (i, key) in self.keys.iter().enumerate() {
             let Some(entry) = self.processes.get_mut(key) else {
                 continue;
@@ -120,6 +121,9 @@ impl Attributor {
             }
             let cpu_delta = Duration::from_nanos(self.weights.get(i).copied().unwrap_or(0));
             let ended = entry.workload.ended_at.is_some();
+            if ended || entry.hidden {
+                self.listed_ended.push(i);
+            }
             let identity = &entry.info.workload;
             if let Some(container) = &identity.container {
                 gather(

@@ -150,6 +150,8 @@ pub struct Attributor {
     /// Weights of a zone whose meter supplied shares, aligned with `keys`.
     share_weights: Vec<u64>,
     group_sums: GroupSums,
+    /// Indices into `keys` of this tick's listings of ended or hidden processes.
+    listed_ended: Vec<usize>,
     splitter: Splitter,
     /// The key last inserted for each pid, to find an ended process whose pid is reused.
     latest_by_pid: FastMap<u32, ProcessKey>,
@@ -176,6 +178,7 @@ impl Attributor {
             tick_energy: Vec::new(),
             share_weights: Vec::new(),
             group_sums: GroupSums::default(),
+            listed_ended: Vec::new(),
             splitter: Splitter::default(),
             latest_by_pid: FastMap::default(),
             source_counts_from_start: false,

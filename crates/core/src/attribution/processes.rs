@@ -15,6 +15,10 @@ pub(super) struct ProcessEntry {
     /// Last cumulative CPU time read from the source.
     pub(super) last_cpu_time: Duration,
     pub(super) workload: Workload<()>,
+    /// Not exported as a series of its own: it ended below the terminated-energy threshold or
+    /// beyond the cap. Once set it stays, so that no part of its energy is counted both in
+    /// the zones' hidden energy and in a series that appears later.
+    pub(super) hidden: bool,
 }
 
 impl Attributor {
@@ -51,6 +55,7 @@ impl Attributor {
                             process.cpu_time
                         },
                         workload: Workload::new(()),
+                        hidden: false,
                     })
                 }
             };

@@ -1,10 +1,11 @@
 //! Phase 4: workloads not seen this tick end; ended ones expire after the retention time and
-//! are capped by count and energy.
+//! are capped by count and energy. Ended processes below the threshold or beyond the cap are
+//! hidden: not exported, their energy kept by their groups and by the zones' hidden energy.
 
 use std::time::Duration;
 
-use super::processes::ProcessEntry;
 use super::{zero_watts, Attributor, FastMap, Workload};
+use crate::units::MicroJoules;
 use crate::usage::ProcessKey;
 
 impl Attributor {
@@ -31,34 +32,21 @@ impl Attributor {
         let expired = |ended: Option<Duration>| {
             ended.is_some_and(|at| now.saturating_sub(at) > policy.retention)
         };
-        // A process that took a share of this tick stays in this tick's snapshot whatever its
-        // total, so the exported process power adds up to the node's active power; the
-        // threshold and the cap apply from the next tick on.
-        let prunable =
-            |p: &ProcessEntry| p.workload.ended_at.is_some() && p.workload.seen_tick != tick;
+        self.hide_below_threshold(policy.min_energy);
         let before = self.processes.len();
+        // An ended process listed this tick stays one tick more even when hidden, so that a
+        // late report of it (an exit record after its live entry) finds its entry and adds
+        // only the CPU time not counted yet.
         self.processes.retain(|_, p| {
-            !prunable(p)
-                || (!expired(p.workload.ended_at)
-                    && p.workload.total_energy() >= policy.min_energy.0)
+            let w = &p.workload;
+            w.ended_at.is_none()
+                || w.seen_tick == tick
+                || (!p.hidden && !expired(w.ended_at) && w.total_energy() >= policy.min_energy.0)
         });
         if let Some(max) = policy.max {
-            let mut ended: Vec<(u64, ProcessKey)> = self
-                .processes
-                .iter()
-                .filter(|(_, p)| prunable(p))
-                .map(|(k, p)| (p.workload.total_energy(), *k))
-                .collect();
-            if ended.len() > max {
-                ended.sort_unstable_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(&b.1)));
-                for (_, key) in ended.iter().skip(max) {
-                    self.processes.remove(key);
-                }
-            }
+            self.cap_ended(max);
         }
-        if let Some(max) = policy.max {
-            self.cap_ended_this_tick(max);
-        }
+        self.account_hidden();
         if self.processes.len() != before {
             let processes = &self.processes;
             self.latest_by_pid
@@ -77,35 +65,71 @@ impl Attributor {
 }
 
 impl Attributor {
-    /// The cap above spares processes that took a share of this tick; a burst of exits (a
-    /// thousand a second) would then export thousands of ended series. Beyond the cap, the
-    /// least energetic of them go too, and their part of this tick moves to the zone's
-    /// unattributed energy, so the node's active energy is still fully accounted for.
-    fn cap_ended_this_tick(&mut self, max: usize) {
+    /// A process that ended within this tick below the threshold (all zones together) is not
+    /// exported, not even in the tick it ended: short-lived processes would otherwise each
+    /// become a series of their own. Its energy stays in its container, pod and VM, which were
+    /// credited before this phase.
+    fn hide_below_threshold(&mut self, min: MicroJoules) {
+        for &i in &self.listed_ended {
+            let Some(key) = self.keys.get(i) else {
+                continue;
+            };
+            if let Some(p) = self.processes.get_mut(key) {
+                if p.workload.ended_at.is_some() && p.workload.total_energy() < min.0 {
+                    p.hidden = true;
+                }
+            }
+        }
+    }
+
+    /// Keeps at most `max` ended processes exported, the most energetic. Beyond the cap, one
+    /// listed this tick is hidden (its entry stays a tick more, see `prune`); one that ended
+    /// earlier is forgotten, its series retiring as after the retention time.
+    fn cap_ended(&mut self, max: usize) {
         let mut ended: Vec<(u64, ProcessKey)> = self
             .processes
             .iter()
-            .filter(|(_, p)| p.workload.ended_at.is_some())
+            .filter(|(_, p)| p.workload.ended_at.is_some() && !p.hidden)
             .map(|(k, p)| (p.workload.total_energy(), *k))
             .collect();
         if ended.len() <= max {
             return;
         }
         ended.sort_unstable_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(&b.1)));
-        let dropped: FastMap<ProcessKey, ()> =
-            ended.iter().skip(max).map(|(_, k)| (*k, ())).collect();
-        for (i, key) in self.keys.iter().enumerate() {
-            if !dropped.contains_key(key) {
+        let tick = self.tick;
+        for (_, key) in ended.iter().skip(max) {
+            let listed = match self.processes.get_mut(key) {
+                Some(p) if p.workload.seen_tick == tick => {
+                    p.hidden = true;
+                    true
+                }
+                _ => false,
+            };
+            if !listed {
+                self.processes.remove(key);
+            }
+        }
+    }
+
+    /// This tick's parts of hidden processes go to each zone's hidden energy, so that the
+    /// exported process series and it add up to the active energy exactly.
+    fn account_hidden(&mut self) {
+        for &i in &self.listed_ended {
+            let hidden = self
+                .keys
+                .get(i)
+                .and_then(|key| self.processes.get(key))
+                .is_some_and(|p| p.hidden);
+            if !hidden {
                 continue;
             }
             for (z, parts) in &self.tick_energy {
                 let part = parts.get(i).copied().unwrap_or(0);
                 if let Some(zone) = self.zones.get_mut(*z) {
-                    zone.unattributed += crate::units::MicroJoules(part);
+                    zone.hidden += MicroJoules(part);
                 }
             }
         }
-        self.processes.retain(|k, _| !dropped.contains_key(k));
     }
 }
 

@@ -20,6 +20,7 @@ pub(super) struct NodeZoneState {
     pub(super) active: ZoneValue,
     pub(super) idle: ZoneValue,
     pub(super) unattributed: MicroJoules,
+    pub(super) hidden: MicroJoules,
     pub(super) baseline: Option<Watts>,
 }
 
@@ -44,6 +45,7 @@ impl Attributor {
             active: ZoneValue::default(),
             idle: ZoneValue::default(),
             unattributed: MicroJoules::ZERO,
+            hidden: MicroJoules::ZERO,
             baseline: None,
         });
         self.zones.len() - 1
