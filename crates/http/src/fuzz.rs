@@ -97,7 +97,9 @@ fn web_line() -> impl Strategy<Value = String> {
     (field, value).prop_map(|(f, v)| format!("{f} {v}\n"))
 }
 
-fn check_parse(text: &str) -> Result<Option<WebConfig>, TestCaseError> {
+/// `strict`: the hash may not appear in any error. A mutated file can make it a user name,
+/// which field errors quote; serde's own messages must never quote it.
+fn check_parse(text: &str, strict: bool) -> Result<Option<WebConfig>, TestCaseError> {
     match WebConfig::parse(text, Path::new("/etc/kepler"), "web.yml") {
         Ok(c) => {
             prop_assert_eq!(&c.file, "web.yml");
@@ -119,7 +121,9 @@ fn check_parse(text: &str) -> Result<Option<WebConfig>, TestCaseError> {
             );
             prop_assert!(e.to_string().contains("web.yml"), "{e}");
             // A bcrypt digest is a secret: never echoed in an error.
-            prop_assert!(!e.to_string().contains(hash()), "{e}");
+            if strict || matches!(e, WebConfigError::Parse { .. }) {
+                prop_assert!(!e.to_string().contains(hash()), "{e}");
+            }
             Ok(None)
         }
     }
@@ -183,13 +187,13 @@ proptest! {
     #[test]
     fn web_config_files(lines in prop::collection::vec(web_line(), 0..5), edits in edits()) {
         let text: String = lines.concat();
-        check_parse(&text)?;
-        check_parse(&mutate(&text, &edits))?;
+        check_parse(&text, true)?;
+        check_parse(&mutate(&text, &edits), false)?;
     }
 
     #[test]
     fn web_config_random_text(text in "\\PC{0,300}") {
-        check_parse(&text)?;
+        check_parse(&text, true)?;
     }
 
     #[test]
