@@ -71,11 +71,13 @@ fn exercise(data: &[u8], name: Option<&str>) -> Result<bool, TestCaseError> {
     Ok(true)
 }
 
+/// An archive's bytes, and its members' names and contents.
+type Archive = (Vec<u8>, Vec<(String, Vec<u8>)>);
+
 struct Seeds {
     /// (file name, weight JSON).
     json: Vec<(String, Vec<u8>)>,
-    /// (archive, member names and contents).
-    archives: Vec<(Vec<u8>, Vec<(String, Vec<u8>)>)>,
+    archives: Vec<Archive>,
 }
 
 fn seeds() -> &'static Seeds {

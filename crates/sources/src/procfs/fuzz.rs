@@ -66,7 +66,7 @@ proptest! {
         let line = stat_line(&comm, &numbers);
         // A comm is any bytes the kernel allows: no NUL, no newline. It may hold ')' and
         // spaces, so only a comm free of both round-trips exactly in every position.
-        if !comm.iter().any(|b| *b == b'\n') {
+        if !comm.contains(&b'\n') {
             let stat = parse_pid_stat(&line);
             prop_assert!(stat.is_some(), "{:?}", String::from_utf8_lossy(&line));
             if let Some(stat) = stat {
