@@ -82,8 +82,17 @@ impl EnergyLimits {
 /// of a wrap cannot tell how many wraps it missed either. Ranges under 1 kJ (simulations that
 /// wrap every few seconds) are left to the power ceiling: there a late tick legitimately
 /// spans most of the range.
+///
+/// Readings above `max` cannot come from a counter wrapping at `max`: `None` (this function is
+/// public, so it does not rely on [`crate::energy::counter_delta`] having refused them first).
 pub fn plausible_wrap(previous: u64, current: u64, max: u64) -> Option<u64> {
-    let delta = (max - previous).checked_add(current)?.checked_add(1)?;
+    if current > max {
+        return None;
+    }
+    let delta = max
+        .checked_sub(previous)?
+        .checked_add(current)?
+        .checked_add(1)?;
     (max < SMALL_RANGE || delta <= max - max / 4).then_some(delta)
 }
 
@@ -107,6 +116,9 @@ mod tests {
         // Reset to 0 from low in the range: not a wrap.
         assert_eq!(plausible_wrap(5_000_000_000, 0, max), None);
         assert_eq!(plausible_wrap(u64::MAX - 1, 0, u64::MAX - 1), Some(1));
+        // Found by crates/meters/src/fuzz.rs: readings above the wrap point used to underflow.
+        assert_eq!(plausible_wrap(10, 5, 8), None);
+        assert_eq!(plausible_wrap(7, 9, 8), None);
     }
 
     #[test]

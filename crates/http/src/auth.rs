@@ -291,7 +291,7 @@ impl BasicAuth {
 }
 
 /// `Basic <base64(user:password)>` → the decoded bytes.
-fn decode_basic(value: &HeaderValue) -> Option<Vec<u8>> {
+pub(crate) fn decode_basic(value: &HeaderValue) -> Option<Vec<u8>> {
     let value = value.to_str().ok()?.trim();
     let (scheme, rest) = value.split_once(' ')?;
     if !scheme.eq_ignore_ascii_case("basic") {

@@ -52,6 +52,9 @@ mod tls_accept;
 mod tls_choice;
 pub mod web_config;
 
+#[cfg(test)]
+mod fuzz;
+
 pub use conn::MAX_CONNECTIONS;
 pub use error::HttpError;
 pub use refusals::{Refusal, Refusals};

@@ -220,6 +220,33 @@ struct RawHttp {
     headers: Option<BTreeMap<String, String>>,
 }
 
+/// serde quotes a misplaced value in its message (`invalid type: string "…", expected a map`).
+/// In a web config that value may be a bcrypt hash or an inline private key put one level
+/// off, so the message keeps the types and the position and drops the value.
+fn hide_strings(message: &str) -> String {
+    const MARK: &str = "string \"";
+    let mut out = String::with_capacity(message.len());
+    let mut rest = message;
+    while let Some(at) = rest.find(MARK) {
+        out.push_str(&rest[..at]);
+        out.push_str("a string");
+        let value = &rest[at + MARK.len()..];
+        // The value ends at the first quote not escaped by a backslash.
+        let mut escaped = false;
+        let end = value
+            .char_indices()
+            .find(|&(_, c)| {
+                let closes = c == '"' && !escaped;
+                escaped = c == '\\' && !escaped;
+                closes
+            })
+            .map_or(value.len(), |(i, _)| i + 1);
+        rest = &value[end..];
+    }
+    out.push_str(rest);
+    out
+}
+
 fn non_empty(s: Option<String>) -> Option<String> {
     s.filter(|s| !s.trim().is_empty())
 }
@@ -260,7 +287,7 @@ impl WebConfig {
         }
         let raw: RawWebConfig = serde_yaml::from_str(text).map_err(|e| WebConfigError::Parse {
             file: file.to_string(),
-            message: e.to_string(),
+            message: hide_strings(&e.to_string()),
         })?;
         if let Some(limit) = raw.rate_limit {
             config.rate_limit = Self::rate_limit(limit, &field_err)?;
@@ -536,6 +563,23 @@ pub(crate) mod tests {
             WebConfigError::Field { field, .. } => field,
             other => panic!("not a field error: {other}"),
         }
+    }
+
+    /// Found by the fuzz target (src/fuzz.rs): a hash one level off was quoted in the error.
+    #[test]
+    fn misplaced_secrets_are_not_quoted_in_errors() {
+        let hash = "$2b$04$IyIyQ0zogom6QOu8xa4Uo.5WUumBTLK4dNrSeTFbPpoq2ovzM3WYC";
+        for text in [
+            format!("basic_auth_users: '{hash}'\n"),
+            format!("tls_server_config:\n  cipher_suites: '{hash}'\n"),
+            format!("rate_limit: \"a \\\" {hash}\"\n"),
+        ] {
+            let e = parse(&text).unwrap_err().to_string();
+            assert!(!e.contains("$2b$04$"), "{e}");
+            assert!(e.contains("invalid type: a string, expected"), "{e}");
+        }
+        assert_eq!(hide_strings("x string \"a\\\"b\" y"), "x a string y");
+        assert_eq!(hide_strings("string \"open"), "a string");
     }
 
     #[test]

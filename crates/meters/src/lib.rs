@@ -37,6 +37,9 @@ pub mod redfish;
 pub mod registry;
 mod sysfs;
 
+#[cfg(test)]
+mod fuzz;
+
 #[cfg(any(test, feature = "fixtures"))]
 pub mod fixtures;
 

@@ -41,7 +41,8 @@ use tracing::debug;
 
 use devices::{low_32, probe_counter, read_register, register_path, Opener};
 pub use hint::rapl_hint;
-use registers::{EnergyUnit, RegisterSet};
+pub(crate) use registers::EnergyUnit;
+use registers::RegisterSet;
 pub use registers::{
     AMD_CORE_ENERGY, AMD_PKG_ENERGY, AMD_POWER_UNIT, INTEL_DRAM_ENERGY, INTEL_PKG_ENERGY,
     INTEL_POWER_UNIT, INTEL_PP0_ENERGY, INTEL_PP1_ENERGY, INTEL_PSYS_ENERGY, PLAUSIBLE_MAX_WATTS,

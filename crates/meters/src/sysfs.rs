@@ -78,7 +78,7 @@ pub(crate) fn read_i64(path: &Path, buf: &mut String) -> Result<i64, AttrError> 
     parse_trimmed(path, buf, "an integer")
 }
 
-fn parse_trimmed<T: std::str::FromStr>(
+pub(crate) fn parse_trimmed<T: std::str::FromStr>(
     path: &Path,
     buf: &str,
     expected: &'static str,

@@ -10,6 +10,8 @@
 //! - [`retrain`]: `--retrain PERIOD`, training from a Prometheus on a schedule.
 
 mod filter;
+#[cfg(test)]
+mod fuzz;
 mod index;
 mod legacy;
 mod metadata;

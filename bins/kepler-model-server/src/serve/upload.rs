@@ -63,7 +63,7 @@ impl UploadToken {
         UploadToken::new(token.as_bytes())
     }
 
-    fn new(token: &[u8]) -> Result<UploadToken> {
+    pub(crate) fn new(token: &[u8]) -> Result<UploadToken> {
         let rng = ring::rand::SystemRandom::new();
         let key = hmac::Key::generate(hmac::HMAC_SHA256, &rng)
             .map_err(|_| anyhow::anyhow!("no random numbers for the upload token key"))?;

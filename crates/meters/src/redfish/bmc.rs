@@ -117,6 +117,33 @@ pub enum BmcFileError {
     },
 }
 
+/// serde quotes a misplaced value in its message (`invalid type: string "…", expected struct
+/// Bmc`); a password one level off would be that value. The message keeps the types and the
+/// position and drops the value.
+fn hide_strings(message: &str) -> String {
+    const MARK: &str = "string \"";
+    let mut out = String::with_capacity(message.len());
+    let mut rest = message;
+    while let Some(at) = rest.find(MARK) {
+        out.push_str(&rest[..at]);
+        out.push_str("a string");
+        let value = &rest[at + MARK.len()..];
+        // The value ends at the first quote not escaped by a backslash.
+        let mut escaped = false;
+        let end = value
+            .char_indices()
+            .find(|&(_, c)| {
+                let closes = c == '"' && !escaped;
+                escaped = c == '\\' && !escaped;
+                closes
+            })
+            .map_or(value.len(), |(i, _)| i + 1);
+        rest = &value[end..];
+    }
+    out.push_str(rest);
+    out
+}
+
 /// The BMC that serves `node`, with its name in the file.
 pub fn load(path: &Path, node: &str) -> Result<(String, Bmc), BmcFileError> {
     let shown = path.display().to_string();
@@ -127,10 +154,10 @@ pub fn load(path: &Path, node: &str) -> Result<(String, Bmc), BmcFileError> {
     parse(&text, &shown, node)
 }
 
-fn parse(text: &str, path: &str, node: &str) -> Result<(String, Bmc), BmcFileError> {
+pub(crate) fn parse(text: &str, path: &str, node: &str) -> Result<(String, Bmc), BmcFileError> {
     let file: BmcFile = serde_yaml::from_str(text).map_err(|e| BmcFileError::Parse {
         path: path.to_string(),
-        message: e.to_string(),
+        message: hide_strings(&e.to_string()),
     })?;
     let bmc_id = file
         .nodes
@@ -205,5 +232,19 @@ mod tests {
             assert!(!e.contains("secret"), "{e}");
         }
         assert!(parse("nodes: [", "f", "n").is_err());
+    }
+
+    /// Found by the fuzz target (src/fuzz.rs): a password one level off was quoted.
+    #[test]
+    fn a_misplaced_password_is_not_quoted() {
+        for text in [
+            "nodes: {n: b}\nbmcs: {b: 'pw-123'}\n",
+            "nodes: {n: b}\nbmcs: {b: {endpoint: [\"pw-123\"]}}\n",
+            "nodes: 'pw-123'\n",
+        ] {
+            let e = parse(text, "f", "n").unwrap_err().to_string();
+            assert!(!e.contains("pw-123"), "{e}");
+        }
+        assert_eq!(hide_strings("x string \"a\\\"b\" y"), "x a string y");
     }
 }

@@ -8,6 +8,9 @@ mod parse;
 mod read;
 mod reader;
 
+#[cfg(test)]
+mod fuzz;
+
 use std::collections::HashMap;
 use std::ffi::OsStr;
 use std::fs;
