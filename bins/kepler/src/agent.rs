@@ -330,6 +330,7 @@ impl Ticker {
                         ebpf: self.ebpf_stats.as_deref().map(|s| EbpfCounts {
                             dropped: s.dropped(),
                             tracked: s.tracked_processes.load(Ordering::Relaxed),
+                            exits_deferred: s.exits_deferred.load(Ordering::Relaxed),
                         }),
                         process: self.own_process.as_ref().and_then(own_process),
                     },

@@ -465,6 +465,7 @@ fn run_agent() -> Arc<AgentState> {
             ebpf: Some(EbpfCounts {
                 dropped: 3,
                 tracked: 12,
+                exits_deferred: 5,
             }),
             process: Some(ProcessStats {
                 cpu_seconds: 1.25 * (tick as f64 + 1.0),

@@ -53,6 +53,9 @@ pub struct EbpfCounts {
     pub dropped: u64,
     /// Processes in the per-process map.
     pub tracked: u64,
+    /// Exits the full exit ring could not take, collected later from the process map without
+    /// loss of CPU time: a steady rise means the ring is small for the node's exit rate.
+    pub exits_deferred: u64,
 }
 
 /// Everything [`crate::encode()`] needs besides the snapshot.

@@ -359,6 +359,8 @@ fn encode_head(w: &mut MetricWriter<'_>, ctx: &ExportContext) {
 
     if let Some(ebpf) = ctx.agent.ebpf {
         w.family(&r::AGENT_EBPF_DROPPED).sample([], ebpf.dropped);
+        w.family(&r::AGENT_EBPF_EXITS_DEFERRED)
+            .sample([], ebpf.exits_deferred);
         w.family(&r::AGENT_EBPF_TRACKED).sample([], ebpf.tracked);
     }
 }

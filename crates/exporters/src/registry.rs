@@ -493,6 +493,14 @@ pub static AGENT_EBPF_DROPPED: Desc<0> = Desc {
     level: None,
     node_name: true,
 };
+pub static AGENT_EBPF_EXITS_DEFERRED: Desc<0> = Desc {
+    name: "kepler_agent_ebpf_exits_deferred_total",
+    help: "Process exits the full eBPF exit buffer could not take, collected at a later snapshot without loss of CPU time",
+    kind: Counter,
+    labels: [],
+    level: None,
+    node_name: true,
+};
 pub static AGENT_EBPF_TRACKED: Desc<0> = Desc {
     name: "kepler_agent_ebpf_tracked_processes",
     help: "Processes in the eBPF per-process map",
@@ -603,6 +611,7 @@ pub static ALL: &[&dyn Describe] = &[
     &AGENT_TICKS,
     &AGENT_PROCESSES,
     &AGENT_EBPF_DROPPED,
+    &AGENT_EBPF_EXITS_DEFERRED,
     &AGENT_EBPF_TRACKED,
     &AGENT_COMPONENT_UP,
     &AGENT_COMPONENT_ERRORS,

@@ -372,6 +372,7 @@ fn features_and_ebpf_counts_appear_only_when_present() {
     ctx.agent.ebpf = Some(kepler_exporters::EbpfCounts {
         dropped: 3,
         tracked: 42,
+        exits_deferred: 7,
     });
     let mut out = Vec::new();
     encode(Some(&snapshot), &ctx, Format::Text004, &mut out);
@@ -380,6 +381,7 @@ fn features_and_ebpf_counts_appear_only_when_present() {
         &text,
         &[
             r#"kepler_agent_ebpf_dropped_total{node_name="node-1"} 3"#,
+            r#"kepler_agent_ebpf_exits_deferred_total{node_name="node-1"} 7"#,
             r#"kepler_agent_ebpf_tracked_processes{node_name="node-1"} 42"#,
             r#"kepler_node_model_feature_rate{feature="bpf_cpu_time_ms",node_name="node-1"} 1500.0"#,
             r#"kepler_node_model_feature_rate{feature="bpf_net_rx_irq",node_name="node-1"} 12.0"#,
