@@ -38,8 +38,10 @@ pub struct NodeZone {
     /// Active energy taken by processes that are not exported as series of their own (ended
     /// below the terminated-energy threshold, or beyond the terminated cap). Their containers,
     /// pods and VMs hold it; at process level, Σ of every process series' last value +
-    /// `hidden` + `unattributed` = `active`.
-    pub hidden: MicroJoules,
+    /// `hidden` + `unattributed` = `active`. Its watts are this interval's part, so that
+    /// Σ process watts + hidden watts = active watts in every snapshot where some process used
+    /// CPU time.
+    pub hidden: ZoneValue,
 }
 
 /// How idle power was separated from active power.

@@ -468,13 +468,13 @@ proptest! {
             let watts: f64 = s.processes.iter().map(|p| p.zones[0].watts.0).sum();
             // Hidden processes (ended below the threshold or beyond the cap) are not exported;
             // their power this tick is the growth of the zone's hidden energy.
-            let hidden_watts = (node.hidden.0 - hidden) as f64 / 2e6;
+            let hidden_watts = (node.hidden.energy.0 - hidden) as f64 / 2e6;
             if node.unattributed.0 == unattributed {
                 prop_assert!((watts + hidden_watts - node.active.watts.0).abs() <= 1e-6 * node.active.watts.0.max(1.0),
                     "processes {} W + hidden {} W, node active {} W", watts, hidden_watts, node.active.watts.0);
             }
             unattributed = node.unattributed.0;
-            hidden = node.hidden.0;
+            hidden = node.hidden.energy.0;
         }
     }
 

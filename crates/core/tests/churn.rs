@@ -162,6 +162,7 @@ proptest! {
         let mut previous_exits: Vec<ProcessUsage> = Vec::new();
         // Per group the policy dropped: the reference's values when it was dropped.
         let mut restarted: HashMap<String, Vec<u64>> = HashMap::new();
+        let mut diverged: std::collections::HashSet<String> = std::collections::HashSet::new();
         let mut busy = Duration::ZERO;
         for st in steps {
             uptime += 2;
@@ -220,7 +221,7 @@ proptest! {
                 prop_assert_eq!(node.active, truth.active);
                 prop_assert_eq!(node.idle, truth.idle);
                 prop_assert_eq!(node.unattributed, truth.unattributed);
-                prop_assert_eq!(truth.hidden, MicroJoules::ZERO);
+                prop_assert_eq!(truth.hidden.energy, MicroJoules::ZERO);
                 let in_reference: u64 = r.processes.iter().map(|p| p.zones[z].energy.0).sum();
                 prop_assert_eq!(in_reference + truth.unattributed.0, truth.active.energy.0);
             }
@@ -241,8 +242,17 @@ proptest! {
             // Σ last values of every series ever exported + hidden + unattributed = active.
             for (z, node) in s.zones.iter().enumerate() {
                 let exported: u64 = series.values().map(|v| v.get(z).copied().unwrap_or(0)).sum();
-                prop_assert_eq!(exported + node.hidden.0 + node.unattributed.0, node.active.energy.0,
-                    "zone {}: series {} + hidden {} + unattributed {}", node.zone, exported, node.hidden.0, node.unattributed.0);
+                prop_assert_eq!(exported + node.hidden.energy.0 + node.unattributed.0, node.active.energy.0,
+                    "zone {}: series {} + hidden {} + unattributed {}", node.zone, exported, node.hidden.energy.0, node.unattributed.0);
+                // The same in this interval's watts, read from one snapshot as a scrape reads
+                // them: exported processes + hidden = active, unless nobody used CPU time (then
+                // the interval's energy is unattributed).
+                let watts: f64 = s.processes.iter().map(|p| p.zones.get(z).map_or(0.0, |v| v.watts.0)).sum();
+                if watts + node.hidden.watts.0 > 0.0 {
+                    let active = node.active.watts.0;
+                    prop_assert!((watts + node.hidden.watts.0 - active).abs() <= 1e-9 * active.max(1.0),
+                        "zone {}: process watts {} + hidden {} != active {}", node.zone, watts, node.hidden.watts.0, active);
+                }
             }
 
             // Containers, pods and VMs hold their hidden members' energy: exactly the
@@ -267,8 +277,17 @@ proptest! {
                 }
                 for (id, t) in &truth {
                     match mine.get(id) {
+                        Some(_) if diverged.contains(id) => {}
                         Some(m) => {
                             let offset = restarted.get(id).cloned().unwrap_or_else(|| vec![0; t.len()]);
+                            // The reference drops ended groups after the retention time too: a
+                            // group that both dropped and brought back at different ticks has
+                            // two restarts no offset describes (nor does one taken before a zone
+                            // appeared); it is left out from then on.
+                            if offset.len() != t.len() || t.iter().zip(&offset).any(|(t, o)| t < o) {
+                                diverged.insert(id.clone());
+                                continue;
+                            }
                             let expected: Vec<u64> = t.iter().zip(&offset).map(|(t, o)| t - o).collect();
                             prop_assert_eq!(m, &expected, "{}", id);
                         }
@@ -359,9 +378,9 @@ fn a_churning_container_keeps_its_short_lived_processes_energy() {
         let pod = &s.pods[0];
         let shell = s.processes[0].zones[0].energy;
         assert_eq!(container.zones[0].energy, pod.zones[0].energy);
-        assert_eq!(container.zones[0].energy.0, shell.0 + node.hidden.0);
+        assert_eq!(container.zones[0].energy.0, shell.0 + node.hidden.energy.0);
         assert_eq!(
-            shell.0 + node.hidden.0 + node.unattributed.0,
+            shell.0 + node.hidden.energy.0 + node.unattributed.0,
             node.active.energy.0
         );
         assert_eq!(
@@ -371,7 +390,7 @@ fn a_churning_container_keeps_its_short_lived_processes_energy() {
         );
         if t > 0 {
             // 200 ms of 250 ms busy in the container: 4/5 of the active energy is hidden.
-            assert!(node.hidden.0 > 0);
+            assert!(node.hidden.energy.0 > 0);
         }
     }
 }

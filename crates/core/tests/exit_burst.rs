@@ -87,13 +87,13 @@ proptest! {
             // energy or in unattributed.
             let node = &s.zones[0];
             let active = node.active.energy.0 - previous_active;
-            let unattributed = node.unattributed.0 - previous_unattributed + node.hidden.0 - previous_hidden;
+            let unattributed = node.unattributed.0 - previous_unattributed + node.hidden.energy.0 - previous_hidden;
             let credited: f64 = s.processes.iter().map(|p| p.zones[0].watts.0).sum::<f64>() * 1e6;
             prop_assert!((credited + unattributed as f64 - active as f64).abs() <= 1.0 + 1e-9 * active as f64,
                 "credited {} + unattributed and hidden {} != active {}", credited, unattributed, active);
             previous_active = node.active.energy.0;
             previous_unattributed = node.unattributed.0;
-            previous_hidden = node.hidden.0;
+            previous_hidden = node.hidden.energy.0;
         }
     }
 }

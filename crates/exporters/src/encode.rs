@@ -519,7 +519,10 @@ fn encode_node(w: &mut MetricWriter<'_>, s: &PowerSnapshot) {
     node_zone_family(w, &r::NODE_CPU_IDLE_WATTS, s, |z| z.idle.watts);
     w.family(&r::NODE_CPU_USAGE_RATIO).sample([], s.usage_ratio);
     node_zone_family(w, &r::NODE_CPU_UNATTRIBUTED_JOULES, s, |z| z.unattributed);
-    node_zone_family(w, &r::NODE_CPU_HIDDEN_PROCESS_JOULES, s, |z| z.hidden);
+    node_zone_family(w, &r::NODE_CPU_HIDDEN_PROCESS_JOULES, s, |z| {
+        z.hidden.energy
+    });
+    node_zone_family(w, &r::NODE_CPU_HIDDEN_PROCESS_WATTS, s, |z| z.hidden.watts);
 
     {
         let mut f = w.family(&r::NODE_CPU_ZONE_INFO);

@@ -203,6 +203,12 @@ pub static NODE_CPU_HIDDEN_PROCESS_JOULES: Desc<2> = node(
     Counter,
     ZONE,
 );
+pub static NODE_CPU_HIDDEN_PROCESS_WATTS: Desc<2> = node(
+    "kepler_node_cpu_hidden_process_watts",
+    "Power consumption of cpu in active state at node level in watts taken in the last interval by processes that are not exported as series of their own; with it, the process series add up to the active power",
+    Gauge,
+    ZONE,
+);
 pub static NODE_CPU_ZONE_INFO: Desc<6> = node(
     "kepler_node_cpu_zone_info",
     "Power meter that feeds each cpu zone at node level; source is measured (hardware), estimated (model), synthetic (the development fake meter) or unknown, model names the estimation model, reason says why that model was chosen",
@@ -635,6 +641,7 @@ pub static ALL: &[&dyn Describe] = &[
     &NODE_CPU_USAGE_RATIO,
     &NODE_CPU_UNATTRIBUTED_JOULES,
     &NODE_CPU_HIDDEN_PROCESS_JOULES,
+    &NODE_CPU_HIDDEN_PROCESS_WATTS,
     &NODE_CPU_ZONE_INFO,
     &NODE_CPU_ZONE_ESTIMATE_ERROR_WATTS,
     &NODE_CPU_ZONE_ESTIMATE_ERROR_RATIO,

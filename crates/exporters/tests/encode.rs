@@ -47,6 +47,8 @@ fn text_format_exact_lines() {
             &format!("kepler_node_cpu_unattributed_joules_total{{{NODE_DRAM}}} 0"),
             &format!("kepler_node_cpu_hidden_process_joules_total{{{NODE_PKG}}} 2.5"),
             &format!("kepler_node_cpu_hidden_process_joules_total{{{NODE_DRAM}}} 0"),
+            &format!("kepler_node_cpu_hidden_process_watts{{{NODE_PKG}}} 0.5"),
+            &format!("kepler_node_cpu_hidden_process_watts{{{NODE_DRAM}}} 0.0"),
             r#"kepler_node_cpu_zone_info{zone="package",path="/sys/class/powercap/intel-rapl:0",meter="rapl",source="measured",model="",reason="",node_name="node-1"} 1"#,
             r#"kepler_node_cpu_zone_info{zone="dram",path="aggregated-dram",meter="rapl",source="measured",model="",reason="",node_name="node-1"} 1"#,
             r#"kepler_node_cpu_idle_policy_info{policy="baseline",baseline="pending",node_name="node-1"} 1"#,

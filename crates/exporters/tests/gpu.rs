@@ -5,7 +5,7 @@ mod support;
 
 use std::sync::Arc;
 
-use kepler_core::{DeviceInfo, MicroJoules, NodeZone, PowerDomain, ZoneMeta};
+use kepler_core::{DeviceInfo, MicroJoules, NodeZone, PowerDomain, ZoneMeta, ZoneValue};
 use kepler_exporters::{encode, Format, MetricsLevel};
 use support::{context, snapshot, zv};
 
@@ -34,7 +34,7 @@ fn gpu_zone(index: u32, device: bool) -> NodeZone {
         active: zv(200_000_000, 40.0),
         idle: zv(100_000_000, 20.0),
         unattributed: MicroJoules(0),
-        hidden: MicroJoules(0),
+        hidden: ZoneValue::default(),
     }
 }
 

@@ -62,7 +62,11 @@ pub struct EstimatorConfig {
     pub model: String,
     /// A Kepler model server; when set, the model is the one it selects for this machine
     /// (`POST <url>/model`), and `model` is not used.
-    #[serde(rename = "modelServerURL")]
+    /// Empty means none, as the effective config prints an unset URL.
+    #[serde(
+        rename = "modelServerURL",
+        deserialize_with = "super::compat::empty_as_none"
+    )]
     pub model_server_url: Option<String>,
     /// Where downloaded models are kept (so a restart without network still estimates).
     pub cache_dir: PathBuf,

@@ -262,17 +262,24 @@ pub fn one(samples: &[Sample], name: &str, labels: &[(&str, &str)]) -> f64 {
     found[0].value
 }
 
-/// Σ process watts of `zone` equals the node's active watts in the same scrape (both come
-/// from one snapshot; the tolerance is float formatting, not attribution slack).
+/// Σ process watts of `zone` plus the power of processes not exported on their own (ended
+/// below the threshold) equals the node's active watts in the same scrape (all come from one
+/// snapshot; the tolerance is float formatting, not attribution slack).
 pub fn assert_process_power_is_active_power(samples: &[Sample], zone: &str) {
     let active = one(samples, "kepler_node_cpu_active_watts", &[("zone", zone)]);
+    let hidden = one(
+        samples,
+        "kepler_node_cpu_hidden_process_watts",
+        &[("zone", zone)],
+    );
     let processes: f64 = select(samples, "kepler_process_cpu_watts", &[("zone", zone)])
         .iter()
         .map(|s| s.value)
         .sum();
     assert!(
-        (processes - active).abs() < 1e-3,
-        "{zone}: processes sum to {processes} W, node active is {active} W"
+        (processes + hidden - active).abs() < 1e-3,
+        "{zone}: processes sum to {processes} W and hidden processes to {hidden} W, node \
+         active is {active} W"
     );
 }
 

@@ -219,7 +219,7 @@ impl Attributor {
         self.attribute_zones(input.energy, ratio, input.interval);
         self.credit_and_roll_up(input.interval);
         self.end_unseen(usage.uptime);
-        self.prune(usage.uptime);
+        self.prune(usage.uptime, input.interval);
         self.previous_node = Some(usage.node);
         self.previous_uptime = Some(usage.uptime);
         self.snapshot(ratio, input.interval)

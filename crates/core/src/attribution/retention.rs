@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use super::{zero_watts, Attributor, FastMap, Workload};
-use crate::units::MicroJoules;
+use crate::units::{MicroJoules, Watts};
 use crate::usage::ProcessKey;
 
 impl Attributor {
@@ -26,7 +26,7 @@ impl Attributor {
         }
     }
 
-    pub(super) fn prune(&mut self, now: Duration) {
+    pub(super) fn prune(&mut self, now: Duration, interval: Duration) {
         let policy = self.config.terminated.clone();
         let tick = self.tick;
         let expired = |ended: Option<Duration>| {
@@ -46,7 +46,7 @@ impl Attributor {
         if let Some(max) = policy.max {
             self.cap_ended(max);
         }
-        self.account_hidden();
+        self.account_hidden(interval);
         if self.processes.len() != before {
             let processes = &self.processes;
             self.latest_by_pid
@@ -113,7 +113,7 @@ impl Attributor {
 
     /// This tick's parts of hidden processes go to each zone's hidden energy, so that the
     /// exported process series and it add up to the active energy exactly.
-    fn account_hidden(&mut self) {
+    fn account_hidden(&mut self, interval: Duration) {
         for &i in &self.listed_ended {
             let hidden = self
                 .keys
@@ -126,7 +126,9 @@ impl Attributor {
             for (z, parts) in &self.tick_energy {
                 let part = parts.get(i).copied().unwrap_or(0);
                 if let Some(zone) = self.zones.get_mut(*z) {
-                    zone.hidden += MicroJoules(part);
+                    zone.hidden.energy += MicroJoules(part);
+                    let watts = MicroJoules(part).over(interval);
+                    zone.hidden.watts = Watts(zone.hidden.watts.0 + watts.0);
                 }
             }
         }

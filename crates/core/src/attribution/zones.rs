@@ -20,7 +20,7 @@ pub(super) struct NodeZoneState {
     pub(super) active: ZoneValue,
     pub(super) idle: ZoneValue,
     pub(super) unattributed: MicroJoules,
-    pub(super) hidden: MicroJoules,
+    pub(super) hidden: ZoneValue,
     pub(super) baseline: Option<Watts>,
 }
 
@@ -45,7 +45,7 @@ impl Attributor {
             active: ZoneValue::default(),
             idle: ZoneValue::default(),
             unattributed: MicroJoules::ZERO,
-            hidden: MicroJoules::ZERO,
+            hidden: ZoneValue::default(),
             baseline: None,
         });
         self.zones.len() - 1
@@ -116,7 +116,12 @@ impl Attributor {
         let mut tick_energy = std::mem::take(&mut self.tick_energy);
         let mut used = 0;
         for state in &mut self.zones {
-            for value in [&mut state.total, &mut state.active, &mut state.idle] {
+            for value in [
+                &mut state.total,
+                &mut state.active,
+                &mut state.idle,
+                &mut state.hidden,
+            ] {
                 value.watts = Watts(0.0);
             }
         }

@@ -111,7 +111,10 @@ pub fn snapshot() -> PowerSnapshot {
                 active: zv(100_000_000, 20.0),
                 idle: zv(23_456_789, 4.5),
                 unattributed: MicroJoules(1_000_000),
-                hidden: MicroJoules(2_500_000),
+                hidden: ZoneValue {
+                    energy: MicroJoules(2_500_000),
+                    watts: Watts(0.5),
+                },
             },
             NodeZone {
                 zone: "dram".into(),
@@ -122,7 +125,7 @@ pub fn snapshot() -> PowerSnapshot {
                 active: zv(4_000_000, 0.8),
                 idle: zv(1_000_000, 0.2),
                 unattributed: MicroJoules(0),
-                hidden: MicroJoules(0),
+                hidden: ZoneValue::default(),
             },
         ],
         idle_policy: IdlePolicyState::Baseline {
@@ -201,7 +204,10 @@ pub fn synthetic(processes: usize, zones: usize) -> PowerSnapshot {
             active: zv(600_000_000_000, 80.25),
             idle: zv(387_654_321_012, 43.206),
             unattributed: MicroJoules(12_345),
-            hidden: MicroJoules(67_890),
+            hidden: ZoneValue {
+                energy: MicroJoules(67_890),
+                watts: Watts(0.01),
+            },
         })
         .collect();
     let mut containers = Vec::new();
