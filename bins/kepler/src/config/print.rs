@@ -20,19 +20,49 @@ pub fn redact_url(url: &str) -> String {
     }
 }
 
+/// A flow sequence; items that are plain words stay bare as upstream prints them (`[package,
+/// dram]`), anything else is quoted (as JSON, which YAML reads) so the printed config reads
+/// back as the same values.
 fn list<T: Display>(items: &[T]) -> String {
-    let items: Vec<String> = items.iter().map(|i| i.to_string()).collect();
+    let items: Vec<String> = items
+        .iter()
+        .map(|i| {
+            let item = i.to_string();
+            let plain = item
+                .chars()
+                .next()
+                .is_some_and(|c| c.is_ascii_alphabetic() || c == '/')
+                && item
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || "-_./".contains(c))
+                && !matches!(
+                    item.to_ascii_lowercase().as_str(),
+                    "true" | "false" | "null" | "yes" | "no" | "on" | "off" | "y" | "n"
+                );
+            if plain {
+                item
+            } else {
+                quoted(&item)
+            }
+        })
+        .collect();
     format!("[{}]", items.join(", "))
+}
+
+/// A double-quoted scalar. JSON's escapes (`\"`, `\\`, `\uXXXX`) are YAML's too; Rust's
+/// `{:?}` would write `\u{301}`, which YAML reads differently.
+fn quoted(s: &str) -> String {
+    serde_json::to_string(s).unwrap_or_else(|_| format!("{s:?}"))
 }
 
 fn path(p: &Option<impl AsRef<Path>>) -> String {
     p.as_ref()
-        .map(|p| format!("{:?}", p.as_ref().display().to_string()))
+        .map(|p| quoted(&p.as_ref().display().to_string()))
         .unwrap_or_else(|| "\"\"".into())
 }
 
 fn text(s: &Option<String>) -> String {
-    format!("{:?}", s.as_deref().map(redact_url).unwrap_or_default())
+    quoted(&s.as_deref().map(redact_url).unwrap_or_default())
 }
 
 impl Config {
@@ -76,13 +106,7 @@ impl Config {
                 .to_string()
                 .replace(',', ", "),
             path(&c.web.config_file),
-            list(
-                &c.web
-                    .listen_addresses
-                    .iter()
-                    .map(|a| format!("{a:?}"))
-                    .collect::<Vec<_>>()
-            ),
+            list(&c.web.listen_addresses),
             c.debug.pprof.enabled,
             c.kube.enabled,
             path(&c.kube.config),
@@ -138,6 +162,16 @@ impl Config {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn list_items_that_are_not_plain_words_are_quoted() {
+        assert_eq!(
+            super::list(&["package", "dram", ":28282", "[::1]:0", "true", "", "a b"]),
+            r#"[package, dram, ":28282", "[::1]:0", "true", "", "a b"]"#
+        );
+        // A combining accent stays as is (YAML reads it), a control character is escaped.
+        assert_eq!(super::quoted("e\u{301}\u{1}\""), "\"e\u{301}\\u0001\\\"\"");
+    }
+
     use super::*;
 
     #[test]
