@@ -14,6 +14,7 @@ pub mod health;
 pub mod lifecycle;
 pub mod platform;
 pub mod plausible;
+pub mod redact;
 pub mod snapshot;
 pub mod source;
 pub mod split;

@@ -108,7 +108,14 @@ struct User {
 fn kubeconfig(path: &Path) -> Result<EndpointConfig, Error> {
     let bad = |what: String| Error::Config(format!("kube.config {}: {what}", path.display()));
     let text = std::fs::read_to_string(path).map_err(|e| bad(e.to_string()))?;
-    let config: Kubeconfig = serde_yaml::from_str(&text).map_err(|e| bad(e.to_string()))?;
+    // A kubeconfig holds tokens and keys: its parse errors quote nothing it says.
+    let config: Kubeconfig = serde_yaml::from_str(&text).map_err(|e| {
+        let place = e.location().map(|l| (l.line(), l.column()));
+        bad(kepler_core::redact::yaml_error_without_values(
+            &e.to_string(),
+            place,
+        ))
+    })?;
     let dir = path.parent().unwrap_or(Path::new("."));
     let context = match config
         .contexts
@@ -251,5 +258,26 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(err.contains("kube.config"), "{err}");
+    }
+
+    /// A token one level off, or glued to its key, is not quoted by the parse error.
+    #[test]
+    fn kubeconfig_errors_do_not_quote_tokens() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("config");
+        for text in [
+            "current-context: b\nusers:\n- name: u\n  user: eyJtoken123\n",
+            "current-context: b\nusers:\n- name: u\n  user:\n    token: [eyJtoken123]\n",
+            "current-context: b\nusers:\n- name: u\n  user:\n    token:eyJtoken123\n",
+            "current-context: b\nusers: {eyJtoken123: 1}\n",
+        ] {
+            std::fs::write(&path, text).unwrap();
+            let err = kubeconfig(&path).unwrap_err().to_string();
+            assert!(!err.contains("eyJtoken123"), "{err}");
+            assert!(
+                err.contains("kube.config") && err.contains("line "),
+                "{err}"
+            );
+        }
     }
 }

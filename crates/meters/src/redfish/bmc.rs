@@ -117,31 +117,11 @@ pub enum BmcFileError {
     },
 }
 
-/// serde quotes a misplaced value in its message (`invalid type: string "…", expected struct
-/// Bmc`); a password one level off would be that value. The message keeps the types and the
-/// position and drops the value.
-fn hide_strings(message: &str) -> String {
-    const MARK: &str = "string \"";
-    let mut out = String::with_capacity(message.len());
-    let mut rest = message;
-    while let Some(at) = rest.find(MARK) {
-        out.push_str(&rest[..at]);
-        out.push_str("a string");
-        let value = &rest[at + MARK.len()..];
-        // The value ends at the first quote not escaped by a backslash.
-        let mut escaped = false;
-        let end = value
-            .char_indices()
-            .find(|&(_, c)| {
-                let closes = c == '"' && !escaped;
-                escaped = c == '\\' && !escaped;
-                closes
-            })
-            .map_or(value.len(), |(i, _)| i + 1);
-        rest = &value[end..];
-    }
-    out.push_str(rest);
-    out
+/// The file holds secrets, so its parse errors keep only the kind, the schema's words and the
+/// place (see [`kepler_core::redact`]).
+fn parse_message(e: &serde_yaml::Error) -> String {
+    let place = e.location().map(|l| (l.line(), l.column()));
+    kepler_core::redact::yaml_error_without_values(&e.to_string(), place)
 }
 
 /// The BMC that serves `node`, with its name in the file.
@@ -157,7 +137,7 @@ pub fn load(path: &Path, node: &str) -> Result<(String, Bmc), BmcFileError> {
 pub(crate) fn parse(text: &str, path: &str, node: &str) -> Result<(String, Bmc), BmcFileError> {
     let file: BmcFile = serde_yaml::from_str(text).map_err(|e| BmcFileError::Parse {
         path: path.to_string(),
-        message: hide_strings(&e.to_string()),
+        message: parse_message(&e),
     })?;
     let bmc_id = file
         .nodes
@@ -241,10 +221,14 @@ mod tests {
             "nodes: {n: b}\nbmcs: {b: 'pw-123'}\n",
             "nodes: {n: b}\nbmcs: {b: {endpoint: [\"pw-123\"]}}\n",
             "nodes: 'pw-123'\n",
+            "nodes: {n: b}\nbmcs: {b: {endpoint: 'https://h', insecure: 7654321}}\n",
+            // Found by the 1M-case fuzz run: the password turned into a key of the path.
+            "nodes:\n  pw-123 bmcs: {}\n  n: [b]\n",
+            "nodes: {n: b}\nbmcs:\n  b:\n    endpoint: https://h\n    password:pw-123\n",
         ] {
             let e = parse(text, "f", "n").unwrap_err().to_string();
-            assert!(!e.contains("pw-123"), "{e}");
+            assert!(!e.contains("pw-123") && !e.contains("7654321"), "{e}");
+            assert!(e.contains("line "), "{e}");
         }
-        assert_eq!(hide_strings("x string \"a\\\"b\" y"), "x a string y");
     }
 }
