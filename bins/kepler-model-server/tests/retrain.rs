@@ -12,8 +12,9 @@ mod support;
 
 use std::time::{Duration, Instant};
 
+use kepler_testkit::tools::{have, skip};
 use support::powercap::{Agent, LoadPowercap};
-use support::prometheus::{have, skip, start_prometheus};
+use support::prometheus::start_prometheus;
 use support::{client, copy_tree, pipeline, serve};
 
 /// The sum of the `kepler_node_cpu_watts{zone="package",...}` samples; `None` without any.

@@ -9,23 +9,12 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+use kepler_testkit::tools::{have, skip};
 use rcgen::{
     BasicConstraints, CertificateParams, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair,
     KeyUsagePurpose,
 };
 use support::{model_db, serve};
-
-fn skip(reason: &str) {
-    assert!(
-        std::env::var("KEPLER_REQUIRE_TOOLS").as_deref() != Ok("1"),
-        "{reason} (KEPLER_REQUIRE_TOOLS=1)"
-    );
-    eprintln!("{reason}");
-}
-
-fn have_curl() -> bool {
-    Command::new("curl").arg("--version").output().is_ok()
-}
 
 fn write_server_cert(dir: &Path, name: &str) {
     let c = rcgen::generate_simple_self_signed(vec!["127.0.0.1".to_string()]).expect("cert");
@@ -90,7 +79,7 @@ fn curl(dir: &Path, cacert: &str, url: &str, identity: Option<&str>) -> Option<u
 
 #[test]
 fn client_certificates_plain_http_and_certificate_reload() {
-    if !have_curl() {
+    if !have("curl") {
         skip("SKIP: curl not installed (bash scripts/setup.sh installs it)");
         return;
     }

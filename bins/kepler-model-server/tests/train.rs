@@ -422,8 +422,9 @@ fn scraped_samples(prom: &str) -> usize {
 /// rows it saved with `--save-data` and the library's split.
 #[test]
 fn train_from_a_live_prometheus_measures_on_held_back_rows() {
+    use kepler_testkit::tools::{have, skip};
     use support::powercap::{Agent, LoadPowercap};
-    use support::prometheus::{have, skip, start_prometheus};
+    use support::prometheus::start_prometheus;
     if !have("prometheus") {
         skip("SKIP: prometheus not installed (bash scripts/setup.sh installs it)");
         return;

@@ -12,18 +12,9 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use common::*;
+use kepler_testkit::tools::skip;
 
 const CHILDREN: usize = 300;
-
-/// Skips a test whose privileges are missing, unless `KEPLER_REQUIRE_TOOLS=1` (CI sets it)
-/// makes that a failure: a green CI run must mean these tests ran.
-fn skip(reason: &str) {
-    assert!(
-        std::env::var("KEPLER_REQUIRE_TOOLS").as_deref() != Ok("1"),
-        "{reason} (KEPLER_REQUIRE_TOOLS=1)"
-    );
-    eprintln!("{reason}");
-}
 
 /// User + system seconds of the four fields `times` prints (the shell's and its children's).
 fn parse_times(text: &str) -> f64 {

@@ -6,42 +6,8 @@ use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
 use kepler_agent::config::{Config, ConfigError, Overrides};
+use kepler_testkit::fuzz::{edits, mutate_text};
 use proptest::prelude::*;
-use proptest::test_runner::Config as Runner;
-
-fn runner() -> Runner {
-    let cases = std::env::var("KEPLER_FUZZ_CASES")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(2048);
-    Runner {
-        cases,
-        failure_persistence: None,
-        ..Runner::default()
-    }
-}
-
-fn edits() -> impl Strategy<Value = Vec<(f64, u8, u8)>> {
-    prop::collection::vec((0.0f64..1.0, any::<u8>(), 0u8..4), 0..6)
-}
-
-/// Byte edits at fractional positions: replace, insert, delete, cut the rest.
-fn mutate(text: &str, edits: &[(f64, u8, u8)]) -> String {
-    let mut data = text.as_bytes().to_vec();
-    for &(at, byte, how) in edits {
-        let i = ((at * data.len() as f64) as usize).min(data.len());
-        match how {
-            0 if i < data.len() => data[i] = byte,
-            1 => data.insert(i, byte),
-            2 if i < data.len() => {
-                data.remove(i);
-            }
-            3 => data.truncate(i),
-            _ => {}
-        }
-    }
-    String::from_utf8_lossy(&data).into_owned()
-}
 
 /// The seeds: every key with its default, and upstream Kepler's published files.
 fn seeds() -> &'static [String] {
@@ -168,7 +134,7 @@ fn with_scratch(text: &str) -> Result<(), TestCaseError> {
 }
 
 proptest! {
-    #![proptest_config(runner())]
+    #![proptest_config(kepler_testkit::fuzz::config(2048))]
 
     #[test]
     fn config_files(
@@ -180,7 +146,7 @@ proptest! {
         let seed = seeds().get(seed).cloned().unwrap_or_default();
         let mut text = swap_values(&seed, &swaps);
         if mutate_bytes {
-            text = mutate(&text, &edits);
+            text = mutate_text(&text, &edits);
         }
         with_scratch(&text)?;
     }

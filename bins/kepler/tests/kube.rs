@@ -9,19 +9,11 @@ use std::time::{Duration, Instant};
 
 use common::fake_kube::{pod, FakeKube};
 use common::*;
+use kepler_testkit::tools::skip;
 
 const NODE: &str = "node-1";
 const TOKEN: &str = "s3cret-token";
 const LIMIT: Duration = Duration::from_secs(60);
-
-/// Skips a test whose privileges are missing, unless `KEPLER_REQUIRE_TOOLS=1` (CI sets it).
-fn skip(reason: &str) {
-    assert!(
-        std::env::var("KEPLER_REQUIRE_TOOLS").as_deref() != Ok("1"),
-        "{reason} (KEPLER_REQUIRE_TOOLS=1)"
-    );
-    eprintln!("{reason}");
-}
 
 fn container_id(tag: u32) -> String {
     format!(

@@ -13,23 +13,7 @@ use std::time::Duration;
 
 use common::*;
 use kepler_meters::fixtures::PowercapTree;
-
-/// Skips a test whose tools or privileges are missing, unless `KEPLER_REQUIRE_TOOLS=1` (CI
-/// sets it).
-fn skip(reason: &str) {
-    assert!(
-        std::env::var("KEPLER_REQUIRE_TOOLS").as_deref() != Ok("1"),
-        "{reason} (KEPLER_REQUIRE_TOOLS=1)"
-    );
-    eprintln!("{reason}");
-}
-
-fn have(tool: &str) -> bool {
-    Command::new(tool)
-        .arg("--version")
-        .output()
-        .is_ok_and(|o| o.status.success())
-}
+use kepler_testkit::tools::{have, skip};
 
 /// Root, and `setpriv` to drop it; otherwise the test is skipped (or fails in CI).
 fn can_drop_root() -> bool {

@@ -4,30 +4,12 @@
 
 mod common;
 
-use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use common::*;
-
-fn have(tool: &str) -> bool {
-    Command::new("sh")
-        .arg("-c")
-        .arg(format!("command -v {tool}"))
-        .stdout(Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success())
-}
-
-/// Skips a test whose tools or privileges are missing, unless `KEPLER_REQUIRE_TOOLS=1` (CI
-/// sets it) makes that a failure: a green CI run must mean these tests ran.
-fn skip(reason: &str) {
-    assert!(
-        std::env::var("KEPLER_REQUIRE_TOOLS").as_deref() != Ok("1"),
-        "{reason} (KEPLER_REQUIRE_TOOLS=1)"
-    );
-    eprintln!("{reason}");
-}
+use kepler_testkit::prometheus::start_prometheus;
+use kepler_testkit::tools::{have, skip};
 
 #[test]
 fn promtool_accepts_the_default_output() {
@@ -117,31 +99,6 @@ fn poll(port: u16, promql: &str, limit: Duration) -> Vec<serde_json::Value> {
     }
 }
 
-fn start_prometheus(dir: &Path, target_port: u16) -> (Proc, u16) {
-    let port = free_port();
-    let config = dir.join("prometheus.yml");
-    std::fs::write(
-        &config,
-        format!(
-            "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\nscrape_configs:\n  \
-             - job_name: kepler\n    static_configs:\n      - targets: ['127.0.0.1:{target_port}']\n"
-        ),
-    )
-    .unwrap();
-    let child = Command::new("prometheus")
-        .arg(format!("--config.file={}", config.display()))
-        .arg(format!(
-            "--storage.tsdb.path={}",
-            dir.join("data").display()
-        ))
-        .arg(format!("--web.listen-address=127.0.0.1:{port}"))
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("start prometheus");
-    (Proc(child), port)
-}
-
 #[test]
 fn prometheus_scrapes_node_process_container_and_vm_series() {
     if !have("prometheus") || !have("stress-ng") {
@@ -179,7 +136,7 @@ fn prometheus_scrapes_node_process_container_and_vm_series() {
     ]);
     wait_ready(agent_port, Duration::from_secs(30));
     let data = tempfile::tempdir().unwrap();
-    let (_prometheus, port) = start_prometheus(data.path(), agent_port);
+    let (_prometheus, port) = start_prometheus(data.path(), &[agent_port], &[]);
 
     let limit = Duration::from_secs(60);
     let node = poll(port, "kepler_node_cpu_watts{zone=\"package\"}", limit);

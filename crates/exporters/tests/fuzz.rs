@@ -14,20 +14,7 @@ use axum::Router;
 use http_body_util::BodyExt as _;
 use kepler_exporters::{router, AgentState, AgentStats};
 use proptest::prelude::*;
-use proptest::test_runner::Config;
 use tower::ServiceExt as _;
-
-fn config() -> Config {
-    let cases = std::env::var("KEPLER_FUZZ_CASES")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(2048);
-    Config {
-        cases,
-        failure_persistence: None,
-        ..Config::default()
-    }
-}
 
 fn runtime() -> &'static tokio::runtime::Runtime {
     static RUNTIME: OnceLock<tokio::runtime::Runtime> = OnceLock::new();
@@ -77,7 +64,7 @@ fn accept() -> impl Strategy<Value = Vec<u8>> {
 }
 
 proptest! {
-    #![proptest_config(config())]
+    #![proptest_config(kepler_testkit::fuzz::config(2048))]
 
     /// Known paths answer 200 (or 503 from /readyz and /metrics before the first tick);
     /// anything else 404 or 405. Never another server error.

@@ -11,46 +11,12 @@ use axum::http::{HeaderValue, Method, Request, StatusCode};
 use axum::routing::get;
 use axum::{middleware, Router};
 use base64::Engine as _;
+use kepler_testkit::fuzz::{edits, mutate_text};
 use proptest::prelude::*;
-use proptest::test_runner::Config;
 use tower::ServiceExt as _;
 
 use crate::auth::{decode_basic, guard_layer, Guard};
 use crate::web_config::{WebConfig, WebConfigError};
-
-fn config() -> Config {
-    let cases = std::env::var("KEPLER_FUZZ_CASES")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(4096);
-    Config {
-        cases,
-        failure_persistence: None,
-        ..Config::default()
-    }
-}
-
-fn edits() -> impl Strategy<Value = Vec<(f64, u8, u8)>> {
-    prop::collection::vec((0.0f64..1.0, any::<u8>(), 0u8..4), 0..6)
-}
-
-/// Byte edits at fractional positions: replace, insert, delete, cut the rest.
-fn mutate(text: &str, edits: &[(f64, u8, u8)]) -> String {
-    let mut data = text.as_bytes().to_vec();
-    for &(at, byte, how) in edits {
-        let i = ((at * data.len() as f64) as usize).min(data.len());
-        match how {
-            0 if i < data.len() => data[i] = byte,
-            1 => data.insert(i, byte),
-            2 if i < data.len() => {
-                data.remove(i);
-            }
-            3 => data.truncate(i),
-            _ => {}
-        }
-    }
-    String::from_utf8_lossy(&data).into_owned()
-}
 
 /// bcrypt of "pw" at the lowest cost, so that a fuzzed login costs about a millisecond.
 fn hash() -> &'static str {
@@ -186,13 +152,13 @@ fn authorization() -> impl Strategy<Value = Option<Vec<u8>>> {
 }
 
 proptest! {
-    #![proptest_config(config())]
+    #![proptest_config(kepler_testkit::fuzz::config(4096))]
 
     #[test]
     fn web_config_files(lines in prop::collection::vec(web_line(), 0..5), edits in edits()) {
         let text: String = lines.concat();
         check_parse(&text, true)?;
-        check_parse(&mutate(&text, &edits), false)?;
+        check_parse(&mutate_text(&text, &edits), false)?;
     }
 
     #[test]

@@ -9,21 +9,13 @@ use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
+use kepler_testkit::tools::{have, skip};
 use rcgen::{
     BasicConstraints, CertificateParams, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair,
     KeyUsagePurpose,
 };
 use reqwest::StatusCode;
 use support::{start, web_config};
-
-/// Skips a test whose tools are missing, unless `KEPLER_REQUIRE_TOOLS=1` (CI sets it).
-fn skip(reason: &str) {
-    assert!(
-        std::env::var("KEPLER_REQUIRE_TOOLS").as_deref() != Ok("1"),
-        "{reason} (KEPLER_REQUIRE_TOOLS=1)"
-    );
-    eprintln!("{reason}");
-}
 
 /// A self-signed server certificate for 127.0.0.1: (cert PEM, key PEM).
 fn server_cert() -> (String, String) {
@@ -183,7 +175,7 @@ fn curl(dir: &Path, url: &str, identity: Option<&str>) -> Option<u16> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn client_certificates_checked_with_curl() {
-    if Command::new("curl").arg("--version").output().is_err() {
+    if !have("curl") {
         skip("SKIP: curl not installed (bash scripts/setup.sh installs it)");
         return;
     }

@@ -4,42 +4,9 @@
 
 use kepler_kube::pods::{strip_runtime, PodIndex, PodList};
 use kepler_kube::watch::{Applied, Reflector, WatchEvent};
+use kepler_testkit::fuzz::{edits, mutate};
 use proptest::prelude::*;
-use proptest::test_runner::Config;
 use serde_json::{json, Value};
-
-fn config() -> Config {
-    let cases = std::env::var("KEPLER_FUZZ_CASES")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(1024);
-    Config {
-        cases,
-        failure_persistence: None,
-        ..Config::default()
-    }
-}
-
-fn edits() -> impl Strategy<Value = Vec<(f64, u8, u8)>> {
-    prop::collection::vec((0.0f64..1.0, any::<u8>(), 0u8..4), 0..6)
-}
-
-/// Byte edits at fractional positions: replace, insert, delete, cut the rest.
-fn mutate(mut data: Vec<u8>, edits: &[(f64, u8, u8)]) -> Vec<u8> {
-    for &(at, byte, how) in edits {
-        let i = ((at * data.len() as f64) as usize).min(data.len());
-        match how {
-            0 if i < data.len() => data[i] = byte,
-            1 => data.insert(i, byte),
-            2 if i < data.len() => {
-                data.remove(i);
-            }
-            3 => data.truncate(i),
-            _ => {}
-        }
-    }
-    data
-}
 
 #[derive(Clone, Debug)]
 struct GenPod {
@@ -108,7 +75,7 @@ fn check_index(index: &PodIndex) -> Result<(), TestCaseError> {
 }
 
 proptest! {
-    #![proptest_config(config())]
+    #![proptest_config(kepler_testkit::fuzz::config(1024))]
 
     #[test]
     fn pod_lists(pods in prop::collection::vec(pod(), 0..6), edits in edits()) {

@@ -11,48 +11,14 @@ use std::time::Duration;
 use kepler_core::energy::counter_delta;
 use kepler_core::plausible::plausible_wrap;
 use kepler_core::{EnergyLimits, MicroJoules, Watts};
+use kepler_testkit::fuzz::{edits, mutate_text};
 use proptest::prelude::*;
-use proptest::test_runner::Config;
 use serde_json::{json, Map, Value};
 
 use crate::msr::EnergyUnit;
 use crate::redfish::power::{collect, Fetch, MAX_REQUESTS};
 use crate::redfish::RedfishError;
 use crate::sysfs::parse_trimmed;
-
-fn config() -> Config {
-    let cases = std::env::var("KEPLER_FUZZ_CASES")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(4096);
-    Config {
-        cases,
-        failure_persistence: None,
-        ..Config::default()
-    }
-}
-
-fn edits() -> impl Strategy<Value = Vec<(f64, u8, u8)>> {
-    prop::collection::vec((0.0f64..1.0, any::<u8>(), 0u8..4), 0..6)
-}
-
-/// Byte edits at fractional positions: replace, insert, delete, cut the rest.
-fn mutate(text: &str, edits: &[(f64, u8, u8)]) -> String {
-    let mut data = text.as_bytes().to_vec();
-    for &(at, byte, how) in edits {
-        let i = ((at * data.len() as f64) as usize).min(data.len());
-        match how {
-            0 if i < data.len() => data[i] = byte,
-            1 => data.insert(i, byte),
-            2 if i < data.len() => {
-                data.remove(i);
-            }
-            3 => data.truncate(i),
-            _ => {}
-        }
-    }
-    String::from_utf8_lossy(&data).into_owned()
-}
 
 /// A fake BMC: every path the generated documents link to answers one of them.
 struct Documents {
@@ -133,7 +99,7 @@ fn redfish_value() -> impl Strategy<Value = Value> {
 }
 
 proptest! {
-    #![proptest_config(config())]
+    #![proptest_config(kepler_testkit::fuzz::config(4096))]
 
     /// powercap and hwmon attribute text: a value the kernel writes reads back exactly, and
     /// anything else is a typed error quoting at most 64 characters of the file.
@@ -147,7 +113,7 @@ proptest! {
         let path = Path::new("/sys/class/powercap/intel-rapl:0/energy_uj");
         prop_assert_eq!(parse_trimmed::<u64>(path, &format!("{value}\n"), "u64").ok(), Some(value));
         prop_assert_eq!(parse_trimmed::<i64>(path, &format!("{signed}\n"), "i64").ok(), Some(signed));
-        for text in [mutate(&format!("{value}\n"), &edits), junk] {
+        for text in [mutate_text(&format!("{value}\n"), &edits), junk] {
             match parse_trimmed::<u64>(path, &text, "an unsigned integer") {
                 Ok(v) => prop_assert_eq!(Ok(v), text.trim().parse::<u64>()),
                 Err(e) => {
@@ -222,7 +188,7 @@ proptest! {
         } else {
             prop_assert!(parsed.is_err());
         }
-        for text in [mutate(&output, &edits), junk] {
+        for text in [mutate_text(&output, &edits), junk] {
             if let Ok(r) = crate::ipmi::parse::parse(&text) {
                 for w in [Some(r.current), r.minimum, r.maximum, r.average].into_iter().flatten() {
                     prop_assert!(w.is_finite() && w >= 0.0, "{w} from {text:?}");
@@ -247,7 +213,7 @@ proptest! {
             4 => format!("nodes: {{n: b}}\nbmcs:\n  b:\n    endpoint: https://h\n    insecure: {password}\n"),
             _ => format!("nodes: {{n: b}}\nbmcs:\n  b:\n    endpoint: https://{password}@h\n"),
         };
-        for (mutated, text) in [(false, text.clone()), (true, mutate(&text, &edits))] {
+        for (mutated, text) in [(false, text.clone()), (true, mutate_text(&text, &edits))] {
             match crate::redfish::bmc::parse(&text, "bmc.yaml", "n") {
                 // A mutation can fold the password into another field's value (the endpoint
                 // as a multi-line scalar): that is the file's text, not a leak.

@@ -12,42 +12,9 @@ use std::sync::OnceLock;
 
 use common::*;
 use kepler_models::{load_model_bytes, Feature};
+use kepler_testkit::fuzz::{edits, mutate};
 use proptest::prelude::*;
-use proptest::test_runner::Config;
 use serde_json::Value;
-
-fn config() -> Config {
-    let cases = std::env::var("KEPLER_FUZZ_CASES")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(1024);
-    Config {
-        cases,
-        failure_persistence: None,
-        ..Config::default()
-    }
-}
-
-fn edits() -> impl Strategy<Value = Vec<(f64, u8, u8)>> {
-    prop::collection::vec((0.0f64..1.0, any::<u8>(), 0u8..4), 0..6)
-}
-
-/// Byte edits at fractional positions: replace, insert, delete, cut the rest.
-fn mutate(mut data: Vec<u8>, edits: &[(f64, u8, u8)]) -> Vec<u8> {
-    for &(at, byte, how) in edits {
-        let i = ((at * data.len() as f64) as usize).min(data.len());
-        match how {
-            0 if i < data.len() => data[i] = byte,
-            1 => data.insert(i, byte),
-            2 if i < data.len() => {
-                data.remove(i);
-            }
-            3 => data.truncate(i),
-            _ => {}
-        }
-    }
-    data
-}
 
 /// Loading must not panic; a model that loads must predict finite, non-negative watts or
 /// return an error.
@@ -174,7 +141,7 @@ fn swap_number(v: &mut Value, n: usize, with: &Value, seen: &mut usize) {
 }
 
 proptest! {
-    #![proptest_config(config())]
+    #![proptest_config(kepler_testkit::fuzz::config(1024))]
 
     #[test]
     fn weight_json(which in 0usize..4, swaps in prop::collection::vec((0usize..64, odd_number()), 0..4), edits in edits()) {

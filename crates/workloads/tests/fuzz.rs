@@ -3,24 +3,12 @@
 //! sets the cases per target (docs/security.md records the long local runs).
 
 use kepler_core::Runtime;
+use kepler_testkit::fuzz::{edits, mutate_text};
 use kepler_workloads::{
     container_from_cgroup_path, container_name_from_cmdline, container_name_from_environ,
     vm_from_cmdline,
 };
 use proptest::prelude::*;
-use proptest::test_runner::Config;
-
-fn config() -> Config {
-    let cases = std::env::var("KEPLER_FUZZ_CASES")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(4096);
-    Config {
-        cases,
-        failure_persistence: None,
-        ..Config::default()
-    }
-}
 
 /// What a generated segment is, for the oracle.
 #[derive(Clone, Debug)]
@@ -87,28 +75,6 @@ fn segment() -> impl Strategy<Value = (String, Kind)> {
     ]
 }
 
-/// Byte edits at fractional positions (replace, insert, delete, cut), on a string kept UTF-8.
-fn mutate(text: &str, edits: &[(f64, u8, u8)]) -> String {
-    let mut data = text.as_bytes().to_vec();
-    for &(at, byte, how) in edits {
-        let i = ((at * data.len() as f64) as usize).min(data.len());
-        match how {
-            0 if i < data.len() => data[i] = byte,
-            1 => data.insert(i, byte),
-            2 if i < data.len() => {
-                data.remove(i);
-            }
-            3 => data.truncate(i),
-            _ => {}
-        }
-    }
-    String::from_utf8_lossy(&data).into_owned()
-}
-
-fn edits() -> impl Strategy<Value = Vec<(f64, u8, u8)>> {
-    prop::collection::vec((0.0f64..1.0, any::<u8>(), 0u8..4), 0..6)
-}
-
 fn check_invariants(path: &str) -> Result<(), TestCaseError> {
     if let Some((id, _, pod)) = container_from_cgroup_path(path) {
         prop_assert!(id.len() == 64 && id.bytes().all(|b| b.is_ascii_hexdigit()));
@@ -124,7 +90,7 @@ fn check_invariants(path: &str) -> Result<(), TestCaseError> {
 }
 
 proptest! {
-    #![proptest_config(config())]
+    #![proptest_config(kepler_testkit::fuzz::config(4096))]
 
     #[test]
     fn cgroup_paths(
@@ -161,7 +127,7 @@ proptest! {
             }
             Some(_) => prop_assert!(false, "rposition matched only containers and monitors"),
         }
-        check_invariants(&mutate(&path, &edits))?;
+        check_invariants(&mutate_text(&path, &edits))?;
     }
 
     #[test]

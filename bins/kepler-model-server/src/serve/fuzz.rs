@@ -10,8 +10,8 @@ use std::sync::{Arc, OnceLock};
 use axum::body::Body;
 use axum::http::{Method, Request, StatusCode};
 use axum::Router;
+use kepler_testkit::fuzz::{edits, mutate};
 use proptest::prelude::*;
-use proptest::test_runner::Config;
 use serde_json::{json, Value};
 use tower::ServiceExt as _;
 
@@ -20,39 +20,6 @@ use super::routes::{router, AppState, MAX_REQUEST_BYTES};
 use super::upload::{UploadToken, TOKEN_HEADER};
 
 const TOKEN: &str = "fuzz-token-0123456789";
-
-fn config() -> Config {
-    let cases = std::env::var("KEPLER_FUZZ_CASES")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(1024);
-    Config {
-        cases,
-        failure_persistence: None,
-        ..Config::default()
-    }
-}
-
-fn edits() -> impl Strategy<Value = Vec<(f64, u8, u8)>> {
-    prop::collection::vec((0.0f64..1.0, any::<u8>(), 0u8..4), 0..6)
-}
-
-/// Byte edits at fractional positions: replace, insert, delete, cut the rest.
-fn mutate(mut data: Vec<u8>, edits: &[(f64, u8, u8)]) -> Vec<u8> {
-    for &(at, byte, how) in edits {
-        let i = ((at * data.len() as f64) as usize).min(data.len());
-        match how {
-            0 if i < data.len() => data[i] = byte,
-            1 => data.insert(i, byte),
-            2 if i < data.len() => {
-                data.remove(i);
-            }
-            3 => data.truncate(i),
-            _ => {}
-        }
-    }
-    data
-}
 
 fn copy_tree(from: &Path, to: &Path) -> std::io::Result<()> {
     std::fs::create_dir_all(to)?;
@@ -286,7 +253,7 @@ fn request() -> impl Strategy<Value = Req> {
 }
 
 proptest! {
-    #![proptest_config(config())]
+    #![proptest_config(kepler_testkit::fuzz::config(1024))]
 
     /// Client errors are 4xx, never 5xx; an upload is stored only with the token; a file is
     /// served only from inside the model directory; bodies above the limit get 413.

@@ -12,6 +12,10 @@ use std::time::{Duration, Instant};
 
 use crate::common::fake_kube::{pod, FakeKube};
 use crate::common::*;
+use kepler_testkit::prometheus::{start_prometheus, Prometheus};
+
+/// The tool check of every test that needs one, for the files that use this stack.
+pub use kepler_testkit::tools::{have, skip};
 
 pub const VM_UUID: &str = "5f0c1a2e-8d4b-4c4e-9a1f-0123456789ab";
 pub const VM_NAME: &str = "testvm";
@@ -19,25 +23,6 @@ pub const VM_NAME: &str = "testvm";
 pub const CONTAINER_NAME: &str = "testbox";
 /// The command name of the process in the container-like cgroup.
 pub const CONTAINER_COMM: &str = "stress-ng";
-
-pub fn have(tool: &str) -> bool {
-    Command::new("sh")
-        .arg("-c")
-        .arg(format!("command -v {tool}"))
-        .stdout(Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success())
-}
-
-/// Skips a test whose tools or privileges are missing, unless `KEPLER_REQUIRE_TOOLS=1` (CI
-/// sets it) makes that a failure: a green CI run must mean these tests ran.
-pub fn skip(reason: &str) {
-    assert!(
-        std::env::var("KEPLER_REQUIRE_TOOLS").as_deref() != Ok("1"),
-        "{reason} (KEPLER_REQUIRE_TOOLS=1)"
-    );
-    eprintln!("{reason}");
-}
 
 /// The repository root (two levels above this crate).
 pub fn repo_root() -> PathBuf {
@@ -134,35 +119,6 @@ pub fn poll(port: u16, promql: &str, limit: Duration) -> Vec<serde_json::Value> 
     }
 }
 
-/// Starts Prometheus scraping `target_port` every second, evaluating `rule_files` every second.
-pub fn start_prometheus(dir: &Path, target_port: u16, rule_files: &[PathBuf]) -> (Proc, u16) {
-    let port = free_port();
-    let config = dir.join("prometheus.yml");
-    let mut text = String::from("global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\n");
-    if !rule_files.is_empty() {
-        text.push_str("rule_files:\n");
-        for file in rule_files {
-            text.push_str(&format!("  - '{}'\n", file.display()));
-        }
-    }
-    text.push_str(&format!(
-        "scrape_configs:\n  - job_name: kepler\n    static_configs:\n      - targets: ['127.0.0.1:{target_port}']\n"
-    ));
-    std::fs::write(&config, text).expect("write prometheus.yml");
-    let child = Command::new("prometheus")
-        .arg(format!("--config.file={}", config.display()))
-        .arg(format!(
-            "--storage.tsdb.path={}",
-            dir.join("data").display()
-        ))
-        .arg(format!("--web.listen-address=127.0.0.1:{port}"))
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("start prometheus");
-    (Proc(child), port)
-}
-
 /// Everything a dashboard or a rule reads, running. Fields drop in declaration order:
 /// Prometheus, the agent, the simulation, the workloads, and last the cgroup (removable only
 /// once empty).
@@ -172,7 +128,7 @@ pub struct Stack {
     pub container_id: String,
     /// The QEMU-like process (busy: it always has CPU time, so always a process series).
     pub vm_pid: u32,
-    prometheus: Proc,
+    prometheus: Prometheus,
     agent: Proc,
     _sim: PowercapSim,
     _sysfs: tempfile::TempDir,
@@ -278,7 +234,7 @@ impl Stack {
         .expect("write kepler.yaml");
         let (agent, agent_port) = start_agent(&["--config.file", config.to_str().unwrap_or("")]);
         wait_ready(agent_port, Duration::from_secs(30));
-        let (prometheus, prometheus_port) = start_prometheus(dir.path(), agent_port, rule_files);
+        let (prometheus, prometheus_port) = start_prometheus(dir.path(), &[agent_port], rule_files);
         Some(Stack {
             prometheus_port,
             agent_port,

@@ -22,19 +22,9 @@ pub fn is_root() -> bool {
     unsafe { libc::geteuid() == 0 }
 }
 
-/// Whether a missing privilege or tool fails the live tests instead of skipping them:
-/// `KEPLER_REQUIRE_TOOLS=1`, which CI sets, so that a green CI run means they ran.
-pub fn tools_required() -> bool {
-    std::env::var("KEPLER_REQUIRE_TOOLS").as_deref() == Ok("1")
-}
-
 /// Prints why `test` is skipped, or fails it when tools are required.
 pub fn skip(test: &str, reason: &str) {
-    assert!(
-        !tools_required(),
-        "{test}: {reason} (KEPLER_REQUIRE_TOOLS=1: required, not skipped)"
-    );
-    println!("SKIP {test}: {reason}");
+    kepler_testkit::tools::skip(&format!("SKIP {test}: {reason}"));
 }
 
 /// True (and a printed reason) when a live test cannot run here; fails the test instead when

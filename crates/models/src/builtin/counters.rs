@@ -20,11 +20,12 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+use super::clamp::Adjusted;
 use super::index::{round_sig, StatedError};
 use super::select::{BuiltinFamily, BuiltinSelection};
 use super::BuiltinError;
-use crate::features::{Feature, FeatureLookup};
-use crate::{ModelError, ModelKind, Predictor};
+use crate::features::Feature;
+use crate::Predictor;
 
 /// Where the counter model's file lives under `crates/models/builtin`.
 pub const COUNTER_MODEL_PATH: &str =
@@ -179,10 +180,7 @@ pub fn with_counters_in(
         .iter()
         .filter_map(|c| base_max.get(c).map(|m| (c.clone(), *m)))
         .collect();
-    let predictor: Box<dyn Predictor> = Box::new(Capped {
-        inner: predictor,
-        caps: caps.clone(),
-    });
+    let predictor: Box<dyn Predictor> = Box::new(Adjusted::capped(predictor, caps.clone()));
 
     let mut withheld = base.withheld.clone();
     for (c, why) in &counters.withheld {
@@ -226,45 +224,6 @@ pub fn with_counters_in(
         expected_error,
         withheld,
     })
-}
-
-/// A predictor whose components are held at or below a cap each.
-#[derive(Debug)]
-struct Capped {
-    inner: Box<dyn Predictor>,
-    caps: Vec<(String, f64)>,
-}
-
-impl Predictor for Capped {
-    fn features(&self) -> Vec<Feature> {
-        self.inner.features()
-    }
-
-    fn declared_features(&self) -> Vec<Feature> {
-        self.inner.declared_features()
-    }
-
-    fn components(&self) -> Vec<String> {
-        self.inner.components()
-    }
-
-    fn kind(&self) -> ModelKind {
-        self.inner.kind()
-    }
-
-    fn name(&self) -> Option<&str> {
-        self.inner.name()
-    }
-
-    fn predict(&self, input: &dyn FeatureLookup) -> Result<Vec<(String, f64)>, ModelError> {
-        let mut out = self.inner.predict(input)?;
-        for (c, w) in &mut out {
-            if let Some((_, cap)) = self.caps.iter().find(|(name, _)| name == c) {
-                *w = w.min(*cap);
-            }
-        }
-        Ok(out)
-    }
 }
 
 #[cfg(test)]

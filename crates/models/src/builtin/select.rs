@@ -2,7 +2,7 @@
 
 use std::collections::BTreeMap;
 
-use super::clamp::{SomeComponents, UtilisationClamp};
+use super::clamp::Adjusted;
 use super::index::{
     embedded_index, trainer_for, weight_json, BuiltinIndex, CurveParams, FamilyIndex, NodeType,
     StatedError,
@@ -120,7 +120,7 @@ impl BuiltinSelection {
             return self;
         }
         let drop: Vec<&str> = self.withheld.keys().map(String::as_str).collect();
-        self.predictor = Box::new(SomeComponents::new(self.predictor, &drop));
+        self.predictor = Box::new(Adjusted::without(self.predictor, &drop));
         self.expected_error
             .retain(|c, _| !drop.contains(&c.as_str()));
         let why: Vec<String> = self
@@ -667,7 +667,7 @@ fn build(
         Some(&format!("{stem}.json")),
         Some(trainer_for(components)),
     )?;
-    let predictor = Box::new(UtilisationClamp::new(predictor, cores));
+    let predictor = Box::new(Adjusted::utilisation_clamp(predictor, cores));
 
     Ok(BuiltinSelection {
         predictor,

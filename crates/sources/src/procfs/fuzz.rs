@@ -2,44 +2,10 @@
 //! by byte, and plain random bytes. `KEPLER_FUZZ_CASES` sets the cases per target (CI runs the
 //! default slice; docs/security.md records the long local runs).
 
+use kepler_testkit::fuzz::{edits, mutate, mutate_text};
 use proptest::prelude::*;
-use proptest::test_runner::Config;
 
 use super::parse::*;
-
-fn config() -> Config {
-    let cases = std::env::var("KEPLER_FUZZ_CASES")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(4096);
-    Config {
-        cases,
-        failure_persistence: None,
-        ..Config::default()
-    }
-}
-
-/// Byte edits at fractional positions: (where, what, how) with how 0 = replace, 1 = insert,
-/// 2 = delete, 3 = cut the rest.
-fn edits() -> impl Strategy<Value = Vec<(f64, u8, u8)>> {
-    prop::collection::vec((0.0f64..1.0, any::<u8>(), 0u8..4), 0..6)
-}
-
-fn mutate(mut data: Vec<u8>, edits: &[(f64, u8, u8)]) -> Vec<u8> {
-    for &(at, byte, how) in edits {
-        let i = ((at * data.len() as f64) as usize).min(data.len());
-        match how {
-            0 if i < data.len() => data[i] = byte,
-            1 => data.insert(i, byte),
-            2 if i < data.len() => {
-                data.remove(i);
-            }
-            3 => data.truncate(i),
-            _ => {}
-        }
-    }
-    data
-}
 
 fn stat_line(comm: &[u8], numbers: &[u64; 5]) -> Vec<u8> {
     let [flags, utime, stime, start, rest] = *numbers;
@@ -55,7 +21,7 @@ fn stat_line(comm: &[u8], numbers: &[u64; 5]) -> Vec<u8> {
 }
 
 proptest! {
-    #![proptest_config(config())]
+    #![proptest_config(kepler_testkit::fuzz::config(4096))]
 
     #[test]
     fn pid_stat(
@@ -158,7 +124,7 @@ proptest! {
                 "{chosen:?} from {content:?}"
             ),
         }
-        let mutated = String::from_utf8_lossy(&mutate(content.into_bytes(), &edits)).into_owned();
+        let mutated = mutate_text(&content, &edits);
         let chosen = select_cgroup_path(&mutated);
         prop_assert!(mutated.contains(chosen));
     }
@@ -210,7 +176,7 @@ proptest! {
             parsed,
             Some(crate::host::CpuModel { vendor_id: vendor, family: Some(family), model: Some(model), flags })
         );
-        let mutated = String::from_utf8_lossy(&mutate(text.into_bytes(), &edits)).into_owned();
+        let mutated = mutate_text(&text, &edits);
         let _ = crate::host::parse_cpu_model(&mutated);
     }
 }
