@@ -30,6 +30,32 @@ static MODE: AtomicU8 = AtomicU8::new(UNDECIDED);
 #[export_name = "_rjem_malloc_conf"]
 pub static malloc_conf: &[u8] = b"prof:true,prof_active:true,lg_prof_sample:19\0";
 
+/// Blocks of at least this size get their own mapping from glibc's malloc (its default start
+/// value, held fixed; see [`tune_system_allocator`]).
+pub const MMAP_THRESHOLD: usize = 128 * 1024;
+
+/// Holds glibc's mmap threshold at [`MMAP_THRESHOLD`], so that every large block goes back to
+/// the system when it is freed. Call once, early in `main`; does nothing under jemalloc.
+///
+/// glibc starts with a 128 KiB threshold but raises it to the size of each mapped block that is
+/// freed (up to 32 MiB). The agent's large blocks come and go with the load: hash tables and
+/// process lists that grow with a fork storm, a multi-megabyte `/metrics` body per snapshot.
+/// After the first such free, blocks of that size come from the arena instead, where a small
+/// live allocation above them keeps their pages resident after they are freed. Measured with a
+/// starved agent under the faults-and-load plan (docs/security.md): the arena held 43 MB of
+/// which 6 MB were in use, and RSS grew from 53 to 94 MB. Setting the threshold also turns
+/// off the dynamic adjustment, which is the point.
+pub fn tune_system_allocator() {
+    if jemalloc() {
+        return;
+    }
+    #[cfg(target_env = "gnu")]
+    // SAFETY: mallopt only changes a malloc parameter; it is safe to call at any time.
+    unsafe {
+        libc::mallopt(libc::M_MMAP_THRESHOLD, MMAP_THRESHOLD as libc::c_int);
+    }
+}
+
 /// Whether this process allocates with jemalloc.
 pub fn jemalloc() -> bool {
     mode() == JEMALLOC
@@ -96,6 +122,55 @@ unsafe impl GlobalAlloc for Switch {
             } else {
                 System.realloc(ptr, layout, new_size)
             }
+        }
+    }
+}
+
+#[cfg(test)]
+#[cfg(target_env = "gnu")]
+mod tests {
+    use super::*;
+
+    /// Whether `block` has a mapping of its own: glibc puts such a block two words after the
+    /// mapping's start (its chunk header), where an arena block never is (an arena's mapping
+    /// starts with the arena's own header, far longer).
+    fn mapped_on_its_own(block: &[u8]) -> bool {
+        let start = block.as_ptr() as usize;
+        let end = start + block.len();
+        let header = 2 * std::mem::size_of::<usize>();
+        let maps = std::fs::read_to_string("/proc/self/maps").unwrap();
+        maps.lines().any(|line| {
+            let range = line.split_whitespace().next().unwrap();
+            let (lo, hi) = range.split_once('-').unwrap();
+            let lo = usize::from_str_radix(lo, 16).unwrap();
+            let hi = usize::from_str_radix(hi, 16).unwrap();
+            start.checked_sub(lo) == Some(header) && end <= hi
+        })
+    }
+
+    fn touched(len: usize) -> Vec<u8> {
+        let mut v = vec![0u8; len];
+        for b in v.iter_mut().step_by(4096) {
+            *b = 1;
+        }
+        v
+    }
+
+    #[test]
+    fn large_blocks_stay_mapped_after_a_larger_one_is_freed() {
+        tune_system_allocator();
+        assert!(!jemalloc());
+        // Without the fixed threshold, freeing this raises glibc's threshold to 8 MiB and the
+        // blocks below come from the arena, where a free does not give their pages back. (A
+        // block just above the threshold can still be cut from the arena's free top: glibc
+        // maps only what the arena cannot serve, so the blocks here are well above it.)
+        drop(touched(8 << 20));
+        for len in [1 << 20, 4 << 20] {
+            let block = touched(len);
+            assert!(
+                mapped_on_its_own(&block),
+                "a {len} B block came from the arena"
+            );
         }
     }
 }

@@ -14,6 +14,8 @@ mod allocator;
 static ALLOCATOR: allocator::Switch = allocator::Switch;
 
 fn main() -> Result<()> {
+    #[cfg(not(target_env = "msvc"))]
+    allocator::tune_system_allocator();
     // kingpin, which upstream uses, exits with status 1 on a bad flag (clap would use 2);
     // scripts and probes written for upstream check for that.
     let cli = match Cli::parse_args(std::env::args_os()) {

@@ -1,6 +1,7 @@
 //! What the tick loop publishes and the HTTP handlers read: the latest snapshot, the export
 //! context and readiness. Writers swap whole values; readers never wait on the tick.
 
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, PoisonError, Weak};
 
 use arc_swap::{ArcSwap, ArcSwapOption};
@@ -125,6 +126,7 @@ impl AgentState {
         let (head, rest) = self.scrapes.get(format, snapshot.as_ref(), &context, || {
             let mut buf = self.buffers.take();
             let split = encode_without_health(snapshot.as_deref(), &context, format, &mut buf);
+            self.buffers.encoded(buf.len());
             let body = Bytes::from_owner(PooledBuffer {
                 buf,
                 pool: Arc::downgrade(&self.buffers),
@@ -151,17 +153,36 @@ impl AgentState {
 #[derive(Default)]
 struct BufferPool {
     free: Mutex<Vec<Vec<u8>>>,
+    /// Length of the latest body encoded, what the next one is expected to need.
+    last_len: AtomicUsize,
 }
 
 impl BufferPool {
     /// Two scrapers (an HA Prometheus pair) is the common case; buffers beyond that are freed, keeping memory bounded.
     const KEEP: usize = 2;
+    /// Below this, a buffer larger than needed is not worth a reallocation.
+    const SMALL: usize = 64 * 1024;
 
+    /// A cleared buffer sized for a body like the latest one. A buffer that grew with a burst
+    /// of processes (megabytes after a fork storm) is cut back to that size: its pages were all
+    /// written, so kept whole it would hold the burst's memory for as long as the pool lives.
+    /// Reserving the expected size up front also spares the encode a chain of doublings.
     fn take(&self) -> Vec<u8> {
-        let mut free = self.free.lock().unwrap_or_else(PoisonError::into_inner);
-        let mut buf = free.pop().unwrap_or_default();
+        let expected = self.last_len.load(Ordering::Relaxed);
+        let mut buf = {
+            let mut free = self.free.lock().unwrap_or_else(PoisonError::into_inner);
+            free.pop().unwrap_or_default()
+        };
         buf.clear();
+        if buf.capacity() > 2 * expected.max(Self::SMALL) {
+            buf.shrink_to(expected);
+        }
+        buf.reserve(expected);
         buf
+    }
+
+    fn encoded(&self, len: usize) {
+        self.last_len.store(len, Ordering::Relaxed);
     }
 
     fn give_back(&self, buf: Vec<u8>) {
@@ -262,6 +283,29 @@ mod tests {
         assert!(String::from_utf8(third.to_vec())
             .unwrap()
             .contains("kepler_agent_ticks_total{node_name=\"n\"} 8\n"));
+    }
+
+    #[test]
+    fn a_pooled_buffer_does_not_keep_the_size_of_a_past_burst() {
+        let pool = BufferPool::default();
+        let mut big = pool.take();
+        big.resize(8 << 20, b'x');
+        pool.encoded(big.len());
+        pool.give_back(big);
+        // The burst is over: bodies are small again.
+        pool.encoded(64 << 10);
+        let buf = pool.take();
+        assert!(buf.is_empty());
+        assert!(buf.capacity() >= 64 << 10);
+        assert!(
+            buf.capacity() <= 2 * (64 << 10),
+            "the pooled buffer kept {} bytes",
+            buf.capacity()
+        );
+        // And one encode of a larger body later, the next buffer is sized for it at once.
+        pool.give_back(buf);
+        pool.encoded(1 << 20);
+        assert!(pool.take().capacity() >= 1 << 20);
     }
 
     #[test]
