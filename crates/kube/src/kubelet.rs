@@ -1,5 +1,7 @@
 //! Finding and reaching this node's kubelet.
 
+use std::net::{IpAddr, SocketAddr};
+
 use serde::Deserialize;
 
 use crate::client::{Credentials, Endpoint, EndpointConfig, Trust};
@@ -42,28 +44,37 @@ pub struct KubeletEndpoint {
     pub port: u16,
 }
 
-/// `https://<InternalIP>:<port>` of a Node object.
+/// `https://<InternalIP>:<port>` of a Node object. The address must be an IP literal, as the
+/// API server writes it: anything else (a name, or text with `/`, `@` or `?`) would make the URL
+/// point somewhere the field does not say, and is refused.
 pub fn kubelet_url(node_name: &str, node: &Node) -> Result<String, Error> {
-    let ip = node
+    let fail = |message: String| Error::Node {
+        node: node_name.to_string(),
+        message,
+    };
+    let internal: Vec<&str> = node
         .status
         .addresses
         .iter()
-        .find(|a| a.kind == "InternalIP" && !a.address.is_empty())
+        .filter(|a| a.kind == "InternalIP" && !a.address.is_empty())
         .map(|a| a.address.as_str())
-        .ok_or_else(|| Error::Node {
-            node: node_name.to_string(),
-            message: "no InternalIP in status.addresses".into(),
+        .collect();
+    let ip = internal
+        .iter()
+        .find_map(|a| a.parse::<IpAddr>().ok())
+        .ok_or_else(|| match internal.first() {
+            None => fail("no InternalIP in status.addresses".into()),
+            Some(a) => fail(format!(
+                "InternalIP {:?} is not an IP address",
+                a.chars().take(64).collect::<String>()
+            )),
         })?;
     let port = match node.status.daemon_endpoints.kubelet_endpoint.port {
         0 => DEFAULT_PORT,
         port => port,
     };
-    let host = if ip.contains(':') {
-        format!("[{ip}]")
-    } else {
-        ip.to_string()
-    };
-    Ok(format!("https://{host}:{port}"))
+    // SocketAddr writes the IPv6 brackets, and a canonical form of the address.
+    Ok(format!("https://{}", SocketAddr::new(ip, port)))
 }
 
 /// The kubelet endpoint: its URL (given, or `url_from_node`), trust and token. `cluster` is
@@ -126,5 +137,24 @@ mod tests {
         assert_eq!(kubelet_url("n1", &n).unwrap(), "https://[fd00::7]:10250");
         let err = kubelet_url("n1", &node("{}")).unwrap_err().to_string();
         assert!(err.contains("n1") && err.contains("InternalIP"), "{err}");
+    }
+
+    /// Found while writing the Node fuzz target: an address that is not an IP made a URL that
+    /// points elsewhere (`10.0.0.7@evil:1` has host `evil`).
+    #[test]
+    fn an_internal_ip_that_is_not_an_ip_is_refused() {
+        for bad in ["10.0.0.7@evil", "evil/x?", "node-1", "10.0.0.7:99"] {
+            let n = node(&format!(
+                r#"{{"status":{{"addresses":[{{"type":"InternalIP","address":"{bad}"}}]}}}}"#
+            ));
+            let err = kubelet_url("n1", &n).unwrap_err().to_string();
+            assert!(err.contains("not an IP address"), "{bad}: {err}");
+        }
+        // A later usable InternalIP is taken.
+        let n = node(
+            r#"{"status":{"addresses":[{"type":"InternalIP","address":"x"},
+               {"type":"InternalIP","address":"10.0.0.8"}]}}"#,
+        );
+        assert_eq!(kubelet_url("n1", &n).unwrap(), "https://10.0.0.8:10250");
     }
 }

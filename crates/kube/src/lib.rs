@@ -39,7 +39,7 @@ mod classifier;
 mod client;
 mod cluster;
 mod informer;
-mod kubelet;
+pub mod kubelet;
 mod nudge;
 pub mod pods;
 pub mod watch;

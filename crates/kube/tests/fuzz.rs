@@ -1,7 +1,9 @@
 //! Fuzz targets for the pod JSON of the kubelet's `/pods` and the API server's list and watch
-//! answers: pod lists built from random fields, then mutated byte by byte, and random text.
+//! answers: pod lists built from random fields, then mutated byte by byte, and random text; and
+//! the Node object the kubelet's address is taken from.
 //! `KEPLER_FUZZ_CASES` sets the cases per target (docs/security.md records the long local runs).
 
+use kepler_kube::kubelet::{kubelet_url, Node, DEFAULT_PORT};
 use kepler_kube::pods::{strip_runtime, PodIndex, PodList};
 use kepler_kube::watch::{Applied, Reflector, WatchEvent};
 use kepler_testkit::fuzz::{edits, mutate};
@@ -144,6 +146,57 @@ proptest! {
                 Applied::Changed => {}
             }
             check_index(&reflector.index)?;
+        }
+    }
+
+    /// The kubelet's URL from a Node object: either a typed error naming the node, or an
+    /// `https` URL whose host is exactly the first InternalIP that is an IP address, and whose
+    /// port is the object's (10250 when absent or 0).
+    #[test]
+    fn node_objects(
+        addresses in prop::collection::vec((
+            prop_oneof![Just("InternalIP".to_string()), Just("ExternalIP".to_string()), Just("Hostname".to_string()), "\\PC{0,12}"],
+            prop_oneof![
+                any::<std::net::Ipv4Addr>().prop_map(|a| a.to_string()),
+                any::<std::net::Ipv6Addr>().prop_map(|a| a.to_string()),
+                "[a-z0-9.:@/?#\\[\\]-]{0,24}",
+                "\\PC{0,24}",
+            ],
+        ), 0..4),
+        port in prop_oneof![
+            (0u32..=65535).prop_map(|p| json!(p)),
+            any::<i64>().prop_map(|p| json!(p)),
+            "\\PC{0,6}".prop_map(|p| json!(p)),
+            Just(Value::Null),
+        ],
+        edits in edits(),
+    ) {
+        let addresses: Vec<Value> = addresses.iter().map(|(kind, address)| json!({ "type": kind, "address": address })).collect();
+        let object = json!({ "metadata": { "name": "n1" }, "status": {
+            "addresses": addresses, "daemonEndpoints": { "kubeletEndpoint": { "Port": port } } } });
+        let text = serde_json::to_vec(&object).unwrap_or_default();
+        for data in [text.clone(), mutate(text, &edits)] {
+            let Ok(node) = serde_json::from_slice::<Node>(&data) else { continue };
+            match kubelet_url("n1", &node) {
+                Ok(url) => {
+                    let ip = node.status.addresses.iter()
+                        .filter(|a| a.kind == "InternalIP")
+                        .find_map(|a| a.address.parse::<std::net::IpAddr>().ok());
+                    prop_assert!(ip.is_some(), "{url}");
+                    let want_port = match node.status.daemon_endpoints.kubelet_endpoint.port { 0 => DEFAULT_PORT, p => p };
+                    let parsed = reqwest::Url::parse(&url).map_err(|e| TestCaseError::fail(format!("{url}: {e}")))?;
+                    prop_assert_eq!(parsed.scheme(), "https");
+                    let host = parsed.host_str().unwrap_or("").trim_start_matches('[').trim_end_matches(']').to_string();
+                    prop_assert_eq!(host.parse::<std::net::IpAddr>().ok(), ip, "{}", url);
+                    prop_assert_eq!(parsed.port_or_known_default(), Some(want_port), "{}", url);
+                    prop_assert_eq!(parsed.path(), "/");
+                    prop_assert!(parsed.username().is_empty() && parsed.query().is_none());
+                }
+                Err(e) => {
+                    let e = e.to_string();
+                    prop_assert!(e.contains("n1") && e.contains("InternalIP"), "{}", e);
+                }
+            }
         }
     }
 
