@@ -61,10 +61,14 @@ hwm_kib=$(awk '/VmHWM/ {print $2}' /proc/$agent/status)
 # The eBPF exit ring buffer is mapped into the agent (and counted twice, being double-mapped);
 # it is kernel memory shared with the programs, shown apart from the agent's own.
 bpf_kib=$(awk '/^[0-9a-f]+-[0-9a-f]+ /{m=($6=="anon_inode:bpf-map")} /^Rss:/{if(m)s+=$2} END{print s+0}' /proc/$agent/smaps)
+# Anonymous memory (heap, stacks) is the agent's own; file-backed pages are its binary's and
+# libraries' code, clean and shared through the page cache, reclaimable under pressure.
+anon_kib=$(awk '/RssAnon/ {print $2}' /proc/$agent/status)
+file_kib=$(awk '/RssFile/ {print $2}' /proc/$agent/status)
 source=$(grep -q '^kepler_agent_ebpf_tracked_processes' "$tmp/metrics" && echo ebpf || echo procfs)
 procs=$(grep -c '^kepler_process_cpu_seconds_total' "$tmp/metrics" || true)
 series=$(grep -vc '^#' "$tmp/metrics" || true)
 cpu=$(awk -v t=$((ticks_end - ticks_start)) -v hz="$hz" -v s="$secs" 'BEGIN {printf "%.2f", 100 * t / hz / s}')
-printf '| source | extra processes | processes exported | series | RSS (MiB) | of which BPF maps (MiB) | peak RSS (MiB) | agent CPU (%% of one core, 1 s interval, 1 scrape/s) |\n'
-printf '|---|---|---|---|---|---|---|---|\n'
-printf '| %s | %s | %s | %s | %.1f | %.1f | %.1f | %s |\n' "$source" "$n" "$procs" "$series" "$(echo "$rss_kib/1024" | bc -l)" "$(echo "$bpf_kib/1024" | bc -l)" "$(echo "$hwm_kib/1024" | bc -l)" "$cpu"
+printf '| source | extra processes | processes exported | series | RSS (MiB) | anonymous / file-backed (MiB) | of which BPF maps (MiB) | peak RSS (MiB) | agent CPU (%% of one core, 1 s interval, 1 scrape/s) |\n'
+printf '|---|---|---|---|---|---|---|---|---|\n'
+printf '| %s | %s | %s | %s | %.1f | %.1f / %.1f | %.1f | %.1f | %s |\n' "$source" "$n" "$procs" "$series" "$(echo "$rss_kib/1024" | bc -l)" "$(echo "$anon_kib/1024" | bc -l)" "$(echo "$file_kib/1024" | bc -l)" "$(echo "$bpf_kib/1024" | bc -l)" "$(echo "$hwm_kib/1024" | bc -l)" "$cpu"
