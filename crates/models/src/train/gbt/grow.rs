@@ -105,14 +105,10 @@ fn best_split(
     }
     let min_n = mcw.ceil().clamp(1.0, f64::from(u32::MAX)) as u32;
     let n = node.h as u32;
-    // Counts index `inv`, which covers every row; past it (never) the score divides.
-    let score = |g: f64, h: u32| {
-        g * g
-            * inv
-                .get(h as usize)
-                .copied()
-                .unwrap_or(1.0 / (f64::from(h) + p.lambda))
-    };
+    // Counts index `inv`, which covers every row count of the fit; a node past it cannot
+    // occur, and is not split. Both sides' counts are at most `n`, inside `inv`.
+    let inv = inv.get(..=n as usize)?;
+    let score = |g: f64, h: u32| g * g * inv.get(h as usize).copied().unwrap_or(0.0);
     let parent = score(node.g, n);
     let mut best: Option<Split> = None;
     for (f, range) in ranges.iter_mut().enumerate() {
