@@ -201,4 +201,102 @@ mod tests {
             assert!((f64::from(predict(*v as f32)) - y).abs() < 1.0, "{v}: {y}");
         }
     }
+
+    #[test]
+    #[allow(clippy::needless_range_loop)] // Rows are indices into several columns.
+    fn every_split_is_the_best_over_the_rows_it_routes() {
+        // Three features: two continuous ones binned by quantiles (16 bins for 600 rows),
+        // one with 5 values searched exactly; a noisy nonlinear target.
+        let n = 600;
+        let mut seed = 0x9e37_79b9_7f4a_7c15u64;
+        let mut next = || {
+            seed = seed
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            (seed >> 11) as f64 / (1u64 << 53) as f64
+        };
+        let cols: Vec<Vec<f64>> = vec![
+            (0..n).map(|_| next() * 1e9).collect(),
+            (0..n).map(|_| (next() * 5.0).floor()).collect(),
+            (0..n).map(|_| next().powi(3) * 300.0).collect(),
+        ];
+        let y: Vec<f64> = (0..n)
+            .map(|i| {
+                let (a, b, c) = (cols[0][i] / 1e9, cols[1][i], cols[2][i]);
+                40.0 * a * a + 6.0 * b + if c > 50.0 { 25.0 } else { 0.0 } + 3.0 * next()
+            })
+            .collect();
+        let params = GbtParams {
+            n_trees: 8,
+            max_depth: 5,
+            max_bin: 16,
+            ..GbtParams::default()
+        };
+        let b = fit(&cols, &y, &params);
+        let xs: Vec<Vec<f32>> = cols
+            .iter()
+            .map(|c| c.iter().map(|v| *v as f32).collect())
+            .collect();
+        let bins = Binned::new(&xs, n, params.max_bin);
+        let score = |g: f64, h: f64| g * g / (h + params.lambda);
+        let mut pred = vec![f64::from(b.base_score); n];
+        let mut splits = 0;
+        for t in &b.trees {
+            let grad: Vec<f64> = pred.iter().zip(&y).map(|(p, y)| p - y).collect();
+            let mut routed: Vec<Vec<usize>> = vec![Vec::new(); t.len()];
+            for r in 0..n {
+                let mut k = 0;
+                loop {
+                    routed[k].push(r);
+                    if t.left[k] < 0 {
+                        break;
+                    }
+                    let go_left = xs[t.feature[k]][r] < t.cond[k];
+                    k = if go_left { t.left[k] } else { t.right[k] } as usize;
+                }
+            }
+            for (k, rows) in routed.iter().enumerate() {
+                assert_eq!(t.hess[k], rows.len() as f32, "node {k}");
+                if t.left[k] < 0 {
+                    for r in rows {
+                        pred[*r] += f64::from(t.cond[k]);
+                    }
+                    continue;
+                }
+                // Every threshold a histogram offers, summed over this node's rows.
+                let g: f64 = rows.iter().map(|r| grad[*r]).sum();
+                let h = rows.len() as f64;
+                let mut best = f64::NEG_INFINITY;
+                for (f, lower) in bins.lower.iter().enumerate() {
+                    for thr in lower {
+                        let left: Vec<usize> =
+                            rows.iter().copied().filter(|r| xs[f][*r] < *thr).collect();
+                        let hl = left.len() as f64;
+                        if hl >= 1.0 && h - hl >= 1.0 {
+                            let gl: f64 = left.iter().map(|r| grad[*r]).sum();
+                            best = best.max(score(gl, hl) + score(g - gl, h - hl) - score(g, h));
+                        }
+                    }
+                }
+                let got = f64::from(t.loss_change[k]);
+                assert!(
+                    (got - best).abs() <= 1e-5 * best.abs().max(1.0),
+                    "node {k}: gain {got}, best {best}"
+                );
+                // The threshold is the lower bound of a bin that holds a row of this node:
+                // the split search's candidates, not a bound between empty bins.
+                let f = t.feature[k];
+                let lower = &bins.lower[f];
+                let at = lower.iter().position(|l| *l == t.cond[k]);
+                let next = at.and_then(|i| lower.get(i + 1)).copied();
+                let in_bin = |v: f32| v >= t.cond[k] && next.is_none_or(|hi| v < hi);
+                assert!(
+                    at.is_some() && rows.iter().any(|r| in_bin(xs[f][*r])),
+                    "node {k}"
+                );
+                splits += 1;
+            }
+        }
+        assert!(splits > 8 * 10, "{splits} splits");
+    }
 }

@@ -8,11 +8,12 @@
 use super::bins::Binned;
 use super::{GbtParams, Tree};
 
-/// Gradient and hessian sums of one bin (the hessian of squared error is 1 per row).
+/// Gradient sum and row count of one bin (the hessian of squared error is 1 per row, so
+/// the count is the hessian sum, and an integer indexes [`Workspace::inv`] directly).
 #[derive(Debug, Clone, Copy, Default)]
 struct Gh {
     g: f64,
-    h: f64,
+    n: u32,
 }
 
 /// A node that may still be split: its tree id, its rows `rows[start..end]`, its sums, and
@@ -55,8 +56,15 @@ struct Split {
     hl: f64,
 }
 
-fn build_hist(hist: &mut [Gh], rows: &[u32], data: &Binned, grad: &[f64]) {
-    hist.fill(Gh::default());
+fn build_hist(hist: &mut [Gh], ranges: &[[u32; 2]], rows: &[u32], data: &Binned, grad: &[f64]) {
+    // Only the bins the node's rows can fall in are read later (`ranges`): zeroing the
+    // rest of a 1 000-bin histogram for a 30-row node was most of a deep node's cost.
+    for (range, off) in ranges.iter().zip(&data.offset) {
+        let [lo, hi] = *range;
+        if let Some(bins) = hist.get_mut(off + lo as usize..off + hi as usize) {
+            bins.fill(Gh::default());
+        }
+    }
     let nf = data.n_features;
     for &r in rows {
         let r = r as usize;
@@ -65,7 +73,7 @@ fn build_hist(hist: &mut [Gh], rows: &[u32], data: &Binned, grad: &[f64]) {
         for (b, off) in row_bins.iter().zip(&data.offset) {
             let e = &mut hist[off + usize::from(*b)];
             e.g += g;
-            e.h += 1.0;
+            e.n += 1;
         }
     }
 }
@@ -74,6 +82,13 @@ fn build_hist(hist: &mut [Gh], rows: &[u32], data: &Binned, grad: &[f64]) {
 /// that hold rows of this node, with the right bin's lower bound as threshold: XGBoost's
 /// exact greedy search over these values. Narrows `ranges` (the node's, per feature) to
 /// the bins that hold its rows.
+///
+/// The scan scores the split before every bin, empty or not, without a branch on
+/// emptiness (deep nodes leave most bins empty in no predictable pattern, and that branch
+/// mispredicted on half of them): an empty bin's split is the same row split as the next
+/// occupied bin's, so the winner moves on to that bin, and the tree is the one a scan of
+/// occupied bins alone picks, ties included (the first of equal gains wins). The only
+/// branches left in the scan change direction once per feature.
 fn best_split(
     hist: &[Gh],
     node: &Open,
@@ -82,46 +97,74 @@ fn best_split(
     p: &GbtParams,
     inv: &[f64],
 ) -> Option<Split> {
-    // Row counts index `inv`; a count past it (never: it covers every row) divides.
-    let score =
-        |g: f64, h: f64| g * g * inv.get(h as usize).copied().unwrap_or(1.0 / (h + p.lambda));
-    let parent = score(node.g, node.h);
+    // Children need at least this many rows (unit hessians: the count is the weight); a
+    // NaN minimum admits no split, as comparisons with it fail.
+    let mcw = p.min_child_weight;
+    if mcw.is_nan() {
+        return None;
+    }
+    let min_n = mcw.ceil().clamp(1.0, f64::from(u32::MAX)) as u32;
+    let n = node.h as u32;
+    // Counts index `inv`, which covers every row count of the fit; a node past it cannot
+    // occur, and is not split. Both sides' counts are at most `n`, inside `inv`.
+    let inv = inv.get(..=n as usize)?;
+    let score = |g: f64, h: u32| g * g * inv.get(h as usize).copied().unwrap_or(0.0);
+    let parent = score(node.g, n);
     let mut best: Option<Split> = None;
     for (f, range) in ranges.iter_mut().enumerate() {
-        let (mut gl, mut hl) = (0.0, 0.0);
-        let first = data.offset[f];
+        let first = data.offset.get(f).copied().unwrap_or(0);
         let [lo, hi] = *range;
-        let (mut seen_lo, mut seen_hi) = (hi, lo);
-        for k in lo as usize..hi as usize {
-            let e = hist[first + k];
-            if e.h == 0.0 {
-                continue;
-            }
-            seen_lo = seen_lo.min(k as u32);
-            seen_hi = k as u32 + 1;
-            let hr = node.h - hl;
-            if hl > 0.0 && hl >= p.min_child_weight && hr >= p.min_child_weight {
-                let gain = score(gl, hl) + score(node.g - gl, hr) - parent;
-                if best.as_ref().is_none_or(|b| gain > b.gain) {
-                    best = Some(Split {
-                        gain,
-                        feature: f,
-                        bin: k,
-                        gl,
-                        hl,
-                    });
+        let bins = hist
+            .get(first + lo as usize..first + hi as usize)
+            .unwrap_or(&[]);
+        // Narrow to the occupied bins: the children's bins lie within.
+        let Some(skip) = bins.iter().position(|e| e.n > 0) else {
+            *range = [lo, lo];
+            continue;
+        };
+        let last = bins.iter().rposition(|e| e.n > 0).unwrap_or(skip);
+        let lo = lo + skip as u32;
+        *range = [lo, lo + (last - skip) as u32 + 1];
+        let bins = bins.get(skip..=last).unwrap_or(&[]);
+        let (mut gl, mut nl) = (0.0, 0u32);
+        // (gain, bin offset in `bins`, gl, nl) of the feature's best candidate.
+        let mut top = (f64::NEG_INFINITY, 0usize, 0.0, 0u32);
+        for (i, e) in bins.iter().enumerate() {
+            // Left counts only grow: the first bins are skipped until the left side is
+            // heavy enough, and the scan ends once the right side is too light.
+            if nl >= min_n {
+                let Some(nr) = n.checked_sub(nl).filter(|nr| *nr >= min_n) else {
+                    break;
+                };
+                let gain = score(gl, nl) + score(node.g - gl, nr) - parent;
+                if gain > top.0 {
+                    top = (gain, i, gl, nl);
                 }
             }
             gl += e.g;
-            hl += e.h;
+            nl += e.n;
         }
-        *range = [seen_lo, seen_hi.max(seen_lo)];
+        if top.0 == f64::NEG_INFINITY || best.as_ref().is_some_and(|b| top.0 <= b.gain) {
+            continue;
+        }
+        // The first occupied bin at or after the winner: it has rows to the right.
+        let Some(step) = bins.iter().skip(top.1).position(|e| e.n > 0) else {
+            continue;
+        };
+        best = Some(Split {
+            gain: top.0,
+            feature: f,
+            bin: lo as usize + top.1 + step,
+            gl: top.2,
+            hl: f64::from(top.3),
+        });
     }
     best
 }
 
 /// Stable in-place partition of `seg`: rows whose `feature` bin is below `bin` first.
-/// Returns the number of those.
+/// Returns the number of those. Every row is written to both sides and only the cursor of
+/// its side moves: which side a row goes to is a coin flip to the branch predictor.
 fn partition(
     seg: &mut [u32],
     scratch: &mut Vec<u32>,
@@ -130,18 +173,20 @@ fn partition(
     bin: usize,
 ) -> usize {
     scratch.clear();
+    scratch.resize(seg.len(), 0);
     let nf = data.n_features;
-    let mut left = 0;
+    let (mut left, mut right) = (0, 0);
     for i in 0..seg.len() {
         let r = seg[i];
-        if usize::from(data.bins[r as usize * nf + feature]) < bin {
-            seg[left] = r;
-            left += 1;
-        } else {
-            scratch.push(r);
-        }
+        let b = data.bins.get(r as usize * nf + feature).copied();
+        let goes_left = b.is_some_and(|b| usize::from(b) < bin);
+        // left <= i: this overwrites a row already read.
+        seg[left] = r;
+        scratch[right] = r;
+        left += usize::from(goes_left);
+        right += usize::from(!goes_left);
     }
-    seg[left..].copy_from_slice(scratch);
+    seg[left..].copy_from_slice(&scratch[..right]);
     left
 }
 
@@ -185,7 +230,7 @@ pub(super) fn grow(
         parent_slot: 0,
     });
     Workspace::hist_room(&mut ws.hist, tb);
-    build_hist(&mut ws.hist[..tb], &ws.rows, data, grad);
+    build_hist(&mut ws.hist[..tb], &ws.ranges, &ws.rows, data, grad);
     for depth in 0..p.max_depth {
         if ws.open.is_empty() {
             break;
@@ -242,6 +287,7 @@ pub(super) fn grow(
                 let s = &ws.next_open[small];
                 build_hist(
                     &mut ws.next_hist[small * tb..(small + 1) * tb],
+                    &ws.next_ranges[small * nf..(small + 1) * nf],
                     &ws.rows[s.start..s.end],
                     data,
                     grad,
@@ -253,9 +299,21 @@ pub(super) fn grow(
                 } else {
                     (&hi[..tb], &mut lo[large * tb..(large + 1) * tb])
                 };
-                for ((o, s), p) in lg.iter_mut().zip(sm).zip(parent) {
-                    o.g = p.g - s.g;
-                    o.h = p.h - s.h;
+                // On the split feature the siblings' bins are disjoint: there the larger
+                // one's histogram is its parent's (the smaller one's is not zeroed there).
+                let split = usize::try_from(t.parent[a.id]).map_or(usize::MAX, |p| t.feature[p]);
+                let large_ranges = &ws.next_ranges[large * nf..(large + 1) * nf];
+                for (f, (range, off)) in large_ranges.iter().zip(&data.offset).enumerate() {
+                    let at = off + range[0] as usize..off + range[1] as usize;
+                    let (o, s, p) = (&mut lg[at.clone()], &sm[at.clone()], &parent[at]);
+                    if f == split {
+                        o.copy_from_slice(p);
+                        continue;
+                    }
+                    for ((o, s), p) in o.iter_mut().zip(s).zip(p) {
+                        o.g = p.g - s.g;
+                        o.n = p.n.wrapping_sub(s.n);
+                    }
                 }
             }
         }
