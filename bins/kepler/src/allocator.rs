@@ -46,7 +46,7 @@ pub const MMAP_THRESHOLD: usize = 128 * 1024;
 /// which 6 MB were in use, and RSS grew from 53 to 94 MB. Setting the threshold also turns
 /// off the dynamic adjustment, which is the point.
 pub fn tune_system_allocator() {
-    if jemalloc() {
+    if jemalloc() || threshold_set_by_user() {
         return;
     }
     #[cfg(target_env = "gnu")]
@@ -54,6 +54,13 @@ pub fn tune_system_allocator() {
     unsafe {
         libc::mallopt(libc::M_MMAP_THRESHOLD, MMAP_THRESHOLD as libc::c_int);
     }
+}
+
+/// glibc's own settings for the threshold, `MALLOC_MMAP_THRESHOLD_` or the
+/// `glibc.malloc.mmap_threshold` tunable, win: they also hold it fixed.
+fn threshold_set_by_user() -> bool {
+    std::env::var_os("MALLOC_MMAP_THRESHOLD_").is_some()
+        || std::env::var("GLIBC_TUNABLES").is_ok_and(|t| t.contains("glibc.malloc.mmap_threshold"))
 }
 
 /// Whether this process allocates with jemalloc.
