@@ -24,29 +24,29 @@ pub fn redact_url(url: &str) -> String {
 /// dram]`), anything else is quoted (as JSON, which YAML reads) so the printed config reads
 /// back as the same values.
 fn list<T: Display>(items: &[T]) -> String {
-    let items: Vec<String> = items
-        .iter()
-        .map(|i| {
-            let item = i.to_string();
-            let plain = item
-                .chars()
-                .next()
-                .is_some_and(|c| c.is_ascii_alphabetic() || c == '/')
-                && item
-                    .chars()
-                    .all(|c| c.is_ascii_alphanumeric() || "-_./".contains(c))
-                && !matches!(
-                    item.to_ascii_lowercase().as_str(),
-                    "true" | "false" | "null" | "yes" | "no" | "on" | "off" | "y" | "n"
-                );
-            if plain {
-                item
-            } else {
-                quoted(&item)
-            }
-        })
-        .collect();
+    let items: Vec<String> = items.iter().map(|i| scalar(&i.to_string())).collect();
     format!("[{}]", items.join(", "))
+}
+
+/// A scalar bare when it is a plain word or path (`/sys`, as upstream prints it), else quoted:
+/// a path may hold anything, `: ` or a line break included, and must still read back.
+fn scalar(item: &str) -> String {
+    let plain = item
+        .chars()
+        .next()
+        .is_some_and(|c| c.is_ascii_alphabetic() || c == '/')
+        && item
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || "-_./".contains(c))
+        && !matches!(
+            item.to_ascii_lowercase().as_str(),
+            "true" | "false" | "null" | "yes" | "no" | "on" | "off" | "y" | "n"
+        );
+    if plain {
+        item.to_string()
+    } else {
+        quoted(item)
+    }
 }
 
 /// A double-quoted scalar. JSON's escapes (`\"`, `\\`, `\uXXXX`) are YAML's too; Rust's
@@ -88,8 +88,8 @@ impl Config {
              tokenFile: {}\n",
             c.log.level,
             c.log.format,
-            c.host.sysfs.display(),
-            c.host.procfs.display(),
+            scalar(&c.host.sysfs.display().to_string()),
+            scalar(&c.host.procfs.display().to_string()),
             humantime::format_duration(c.monitor.interval.0),
             humantime::format_duration(c.monitor.staleness.0),
             c.monitor.max_terminated,
@@ -145,12 +145,12 @@ impl Config {
             y,
             "attribution:\n  idlePolicy: {}\n\
              ebpf:\n  enabled: {ebpf}\n  exportFeatures: {}\n  maxProcesses: {}\n\
-             estimator:\n  model: {:?}\n  modelServerURL: {}\n  family: {}\n  outputType: {}\n\
+             estimator:\n  model: {}\n  modelServerURL: {}\n  family: {}\n  outputType: {}\n\
              workloads:\n  podIdsFromCgroups: {}\n",
             c.attribution.idle_policy,
             c.ebpf.export_features,
             c.ebpf.max_processes,
-            redact_url(&e.model),
+            quoted(&redact_url(&e.model)),
             text(&e.model_server_url),
             e.family,
             e.output_type,
@@ -173,6 +173,26 @@ mod tests {
     }
 
     use super::*;
+
+    /// Found by the 1,000,000-case run of the config fuzz target: a single-quoted path that
+    /// spans lines reads as one line with `: ` in it, which was printed bare.
+    #[test]
+    fn paths_that_are_not_plain_are_quoted_and_read_back() {
+        let mut c = Config::default();
+        c.host.sysfs = " procfs: /host/proc monitor: interval: 5s".into();
+        c.host.procfs = "/proc\nx: 'y'".into();
+        c.estimator.model = "mo\u{301}del".into();
+        let yaml = c.effective_yaml();
+        let back = Config::from_yaml(&yaml, Path::new("printed"))
+            .unwrap()
+            .config;
+        assert_eq!(back.host.sysfs, c.host.sysfs, "{yaml}");
+        assert_eq!(back.host.procfs, c.host.procfs, "{yaml}");
+        assert_eq!(back.estimator.model, c.estimator.model, "{yaml}");
+        assert!(Config::default()
+            .effective_yaml()
+            .contains("  sysfs: /sys\n"));
+    }
 
     #[test]
     fn urls_lose_their_credentials() {
