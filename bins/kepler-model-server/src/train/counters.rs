@@ -27,6 +27,20 @@ const TEST_FRACTION: f64 = 0.2;
 pub type Score = (f64, f64);
 
 /// The trained model file's text and its index section.
+/// Logs each component's counter-model error next to the busy-time model's on the same rows.
+pub fn log_comparison(rows: &[(String, Score, Score)], what: &str) {
+    for (component, counter, busy) in rows {
+        tracing::info!(
+            component = %component,
+            counter_mae_w = format!("{:.2}", counter.0),
+            counter_mape = format!("{:.1}", counter.1),
+            busy_time_mae_w = format!("{:.2}", busy.0),
+            busy_time_mape = format!("{:.1}", busy.1),
+            "{what}"
+        );
+    }
+}
+
 pub struct Trained {
     pub path: PathBuf,
     pub text: String,
@@ -214,16 +228,10 @@ pub fn train(data_dir: &Path, index: &BuiltinIndex) -> Result<Trained> {
             },
         );
     }
-    for (component, counter, busy) in later_rows(&data, &opts, &counters, &base)? {
-        tracing::info!(
-            component = %component,
-            counter_mae_w = format!("{:.2}", counter.0),
-            counter_mape = format!("{:.1}", counter.1),
-            busy_time_mae_w = format!("{:.2}", busy.0),
-            busy_time_mape = format!("{:.1}", busy.1),
-            "counter built-in trained on nx12's first 80 % in time, scored on the last 20 %"
-        );
-    }
+    log_comparison(
+        &later_rows(&data, &opts, &counters, &base)?,
+        "counter built-in trained on nx12's first 80 % in time, scored on the last 20 %",
+    );
     Ok(Trained {
         path: PathBuf::from(COUNTER_MODEL_PATH),
         text,

@@ -112,16 +112,10 @@ pub fn generate(data: &Path, skipped: &mut Skipped) -> Result<BTreeMap<PathBuf, 
     index.platform.expected_error = platform_error;
     index.platform.withheld = platform_withheld;
     let trained = counters::train(data, &index)?;
-    for (component, counter, busy) in &trained.comparison {
-        tracing::info!(
-            component = %component,
-            counter_mae_w = format!("{:.2}", counter.0),
-            counter_mape = format!("{:.1}", counter.1),
-            busy_time_mae_w = format!("{:.2}", busy.0),
-            busy_time_mape = format!("{:.1}", busy.1),
-            "counter built-in on nx12's held-back rows"
-        );
-    }
+    counters::log_comparison(
+        &trained.comparison,
+        "counter built-in on nx12's held-back rows",
+    );
     index.counters = Some(trained.index);
     let mut files = BTreeMap::new();
     files.insert(trained.path, trained.text);
