@@ -10,23 +10,13 @@ rate=${1:-1000}
 interval=${2:-5s}
 shift $(( $# > 2 ? 2 : $# ))
 cargo build --release -q --bin kepler
-tmp=$(mktemp -d)
-agent=
-cleanup() {
-  [ -n "$agent" ] && kill "$agent" 2>/dev/null || true
-  wait 2>/dev/null || true
-  rm -rf "$tmp"
-}
-trap cleanup EXIT
-pkg="$tmp/class/powercap/intel-rapl:0"
-mkdir -p "$pkg"
-echo package-0 >"$pkg/name"
-echo 100000000000000 >"$pkg/max_energy_range_uj"
-echo 0 >"$pkg/energy_uj"
+. bench/lib.sh
+fake_powercap "$tmp" >/dev/null
 port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
 env "$@" ./target/release/kepler --host.sysfs "$tmp" --web.listen-address "127.0.0.1:$port" \
   --monitor.interval "$interval" --log.level warn >/dev/null 2>&1 &
 agent=$!
+pids+=("$agent")
 sleep 5
 python3 - "$rate" <<'PY' &
 import subprocess, sys, time

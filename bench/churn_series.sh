@@ -12,20 +12,8 @@ secs=${2:-60}
 shift $(( $# > 2 ? 2 : $# ))
 bin=${KEPLER_BIN:-target/release/kepler}
 if [ -z "${KEPLER_BIN:-}" ]; then cargo build --release -q --bin kepler; fi
-tmp=$(mktemp -d)
-pids=()
-cleanup() {
-  kill "${pids[@]}" 2>/dev/null || true
-  wait 2>/dev/null || true
-  rm -rf "$tmp"
-}
-trap cleanup EXIT
-
-pkg="$tmp/class/powercap/intel-rapl:0"
-mkdir -p "$pkg"
-echo package-0 >"$pkg/name"
-echo 100000000000000 >"$pkg/max_energy_range_uj"
-echo 0 >"$pkg/energy_uj"
+. bench/lib.sh
+pkg=$(fake_powercap "$tmp")
 (
   start=$(date +%s%N)
   while :; do

@@ -1,0 +1,21 @@
+# Set-up shared by the bench scripts; source it from the repository root.
+# A temporary directory `tmp`, removed at exit after every pid in `pids` is killed.
+tmp=$(mktemp -d)
+pids=()
+bench_cleanup() {
+  kill "${pids[@]}" 2>/dev/null || true
+  wait 2>/dev/null || true
+  rm -rf "$tmp"
+}
+trap bench_cleanup EXIT
+
+# A powercap tree under DIR with one package zone whose counter starts at 0 (RAPL's range as
+# on Intel servers is not needed here: nothing wraps within a run). Prints the zone's path.
+fake_powercap() {
+  local pkg="$1/class/powercap/intel-rapl:0"
+  mkdir -p "$pkg"
+  echo package-0 >"$pkg/name"
+  echo 100000000000000 >"$pkg/max_energy_range_uj"
+  echo 0 >"$pkg/energy_uj"
+  echo "$pkg"
+}
