@@ -2,64 +2,22 @@
 //! `libnvidia-ml.so.1` loads and a GPU exists; elsewhere it prints why it did not run and
 //! passes (a test that cannot run here must not pretend it did).
 //!
-//! The compute process is `python3` with PyTorch (or the command in `KEPLER_CUDA_WORKLOAD`,
-//! run with `sh -c`, e.g. a CUDA sample binary): it must keep an SM busy for a few seconds.
+//! The compute process is `kepler_testkit::cuda`'s. `KEPLER_REQUIRE_GPU=1` turns the skips
+//! into failures.
 
-use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use kepler_core::{MeterInput, PowerMeter, ZoneSample};
 use kepler_meters::gpu::nvml::NvmlGpu;
 use kepler_meters::gpu::GpuMeter;
-
-const TORCH_LOAD: &str = "import torch,time\n\
-x=torch.rand(4096,4096,device='cuda')\n\
-end=time.time()+30\n\
-while time.time()<end:\n    y=x@x\n    torch.cuda.synchronize()\n";
-
-fn workload() -> Option<Child> {
-    let mut cmd = match std::env::var("KEPLER_CUDA_WORKLOAD") {
-        Ok(c) => {
-            let mut cmd = Command::new("sh");
-            cmd.args(["-c", &c]);
-            cmd
-        }
-        Err(_) => {
-            let has_torch = Command::new("python3")
-                .args([
-                    "-c",
-                    "import torch,sys; sys.exit(0 if torch.cuda.is_available() else 1)",
-                ])
-                .stdout(Stdio::null())
-                .stderr(Stdio::null())
-                .status()
-                .is_ok_and(|s| s.success());
-            if !has_torch {
-                return None;
-            }
-            let mut cmd = Command::new("python3");
-            cmd.args(["-c", TORCH_LOAD]);
-            cmd
-        }
-    };
-    cmd.stdout(Stdio::null()).spawn().ok()
-}
-
-struct Kill(Child);
-
-impl Drop for Kill {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
+use kepler_testkit::cuda;
 
 #[test]
 fn real_gpu_power_and_a_real_compute_process() {
     let backend = match NvmlGpu::open() {
         Ok(b) => b,
         Err(why) => {
-            println!("SKIP: no NVIDIA GPU: {why}");
+            cuda::skip(&format!("no NVIDIA GPU: {why}"));
             return;
         }
     };
@@ -83,12 +41,14 @@ fn real_gpu_power_and_a_real_compute_process() {
         );
     }
 
-    let Some(child) = workload() else {
-        println!("SKIP: NVIDIA GPU present but no CUDA workload (python3 with torch, or KEPLER_CUDA_WORKLOAD) to start");
-        return;
+    let mut child = match cuda::start(30) {
+        Ok(c) => c,
+        Err(why) => {
+            cuda::skip(&format!("NVIDIA GPU present but {why}"));
+            return;
+        }
     };
-    let child = Kill(child);
-    let pid = child.0.id();
+    let pid = child.pid();
     // Poll until the driver lists the process with a share (CUDA start-up takes seconds).
     let deadline = Instant::now() + Duration::from_secs(60);
     let found = loop {
@@ -102,7 +62,7 @@ fn real_gpu_power_and_a_real_compute_process() {
         if let Some(r) = with_pid {
             break Some(r.clone());
         }
-        if Instant::now() > deadline {
+        if Instant::now() > deadline || !child.running() {
             break None;
         }
         std::thread::sleep(Duration::from_millis(500));
@@ -113,4 +73,51 @@ fn real_gpu_power_and_a_real_compute_process() {
         "compute process {pid} on {} ({}): shares {:?}, sample {:?}, idle {:?}",
         reading.zone, reading.path, reading.shares, reading.sample, reading.idle
     );
+}
+
+/// Two compute processes time-sharing one device: NVML's per-process SM samples must give
+/// both a share in the same reading (else the meter would hand one of them the whole device).
+#[test]
+fn two_compute_processes_on_one_gpu_both_get_a_share() {
+    let backend = match NvmlGpu::open() {
+        Ok(b) => b,
+        Err(why) => {
+            cuda::skip(&format!("no NVIDIA GPU: {why}"));
+            return;
+        }
+    };
+    let mut meter = GpuMeter::new("nvml", Box::new(backend), None);
+    let (mut a, mut b) = match (cuda::start(60), cuda::start(60)) {
+        (Ok(a), Ok(b)) => (a, b),
+        (Err(why), _) | (_, Err(why)) => {
+            cuda::skip(&format!("NVIDIA GPU present but {why}"));
+            return;
+        }
+    };
+    let (pa, pb) = (a.pid(), b.pid());
+    let weight = |shares: &[kepler_core::ProcessShare], pid: u32| {
+        shares.iter().find(|s| s.pid == pid).map_or(0, |s| s.weight)
+    };
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let mut out = Vec::new();
+    loop {
+        out.clear();
+        meter.read(&MeterInput::default(), &mut out).unwrap();
+        let both = out.iter().find_map(|r| {
+            let shares = r.shares.as_deref()?;
+            let (wa, wb) = (weight(shares, pa), weight(shares, pb));
+            (wa > 0 && wb > 0).then_some((wa, wb))
+        });
+        if let Some((wa, wb)) = both {
+            println!("pids {pa} and {pb} share the device {wa}:{wb}");
+            break;
+        }
+        let last = out.iter().find_map(|r| r.shares.clone());
+        assert!(a.running() && b.running(), "a CUDA workload ended early");
+        assert!(
+            Instant::now() < deadline,
+            "pids {pa} and {pb} never both had a share; last shares {last:?}"
+        );
+        std::thread::sleep(Duration::from_secs(1));
+    }
 }

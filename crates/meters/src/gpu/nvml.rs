@@ -4,6 +4,7 @@
 
 use std::ffi::OsStr;
 use std::sync::Arc;
+use std::time::{SystemTime, UNIX_EPOCH};
 
 use kepler_core::{DeviceInfo, MicroJoules, ReadError, Unavailable, Watts};
 use nvml_wrapper::error::NvmlError;
@@ -81,6 +82,12 @@ impl NvmlGpu {
     }
 }
 
+/// Microseconds since the Unix epoch, the clock of NVML's utilisation sample timestamps.
+fn wall_clock_us() -> Option<u64> {
+    let since = SystemTime::now().duration_since(UNIX_EPOCH).ok()?;
+    u64::try_from(since.as_micros()).ok()
+}
+
 fn read_error(what: &str, index: u32, e: NvmlError) -> ReadError {
     ReadError::Other(format!("NVML device {index} {what}: {e}"))
 }
@@ -118,11 +125,21 @@ impl GpuBackend for NvmlGpu {
         // Summed SM utilisation per pid over the samples since the previous read. Devices
         // without per-process samples (NotSupported, or NotFound when none were buffered)
         // leave weights unknown: the meter then splits equally.
-        let samples = match device.process_utilization_stats(state.last_sample) {
-            Ok(s) => s,
-            Err(e) => {
-                debug!(device = index, error = %e, "no per-process utilisation samples");
-                Vec::new()
+        let samples = if running.len() < 2 {
+            // A lone process takes the whole device whatever its samples say, and the query
+            // costs 2-3 ms of CPU per call (H200, driver 580; docs/benchmarks.md "GPU
+            // meter"), so it is skipped. The window then restarts now, so that a later query
+            // with several processes counts only what follows: sample timestamps are the
+            // wall clock in µs (seen on that driver: within 0.2 s of `time.time()`).
+            state.last_sample = wall_clock_us().or(state.last_sample);
+            Vec::new()
+        } else {
+            match device.process_utilization_stats(state.last_sample) {
+                Ok(s) => s,
+                Err(e) => {
+                    debug!(device = index, error = %e, "no per-process utilisation samples");
+                    Vec::new()
+                }
             }
         };
         if let Some(newest) = samples.iter().map(|s| s.timestamp).max() {

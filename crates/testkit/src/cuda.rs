@@ -1,0 +1,86 @@
+//! A real CUDA compute process for the tests that need an NVIDIA GPU (the NVML meter's and the
+//! agent's). It is `python3` with PyTorch multiplying matrices, or the command in
+//! `KEPLER_CUDA_WORKLOAD` (run with `sh -c`, e.g. a CUDA sample binary), which must keep an SM
+//! busy for the time the test needs.
+
+use std::process::{Child, Command, Stdio};
+
+/// Multiplies 4096×4096 matrices for `seconds`, waiting for each product so the process keeps
+/// waking on the CPU too (a usage source that lists only scheduled processes sees it).
+fn torch_load(seconds: u32) -> String {
+    format!(
+        "import torch,time\n\
+         x=torch.rand(4096,4096,device='cuda')\n\
+         end=time.time()+{seconds}\n\
+         while time.time()<end:\n    y=x@x\n    torch.cuda.synchronize()\n"
+    )
+}
+
+/// A child process killed and reaped when dropped.
+pub struct Workload(Child);
+
+impl Workload {
+    pub fn pid(&self) -> u32 {
+        self.0.id()
+    }
+
+    /// Whether it is still running (a workload that died early would make the test's
+    /// failure message misleading).
+    pub fn running(&mut self) -> bool {
+        matches!(self.0.try_wait(), Ok(None))
+    }
+}
+
+impl Drop for Workload {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// Starts the workload for about `seconds`, or `None` (with the reason) when this host has no
+/// way to run one: no `KEPLER_CUDA_WORKLOAD` and no python3 whose torch sees a GPU.
+pub fn start(seconds: u32) -> Result<Workload, String> {
+    let mut cmd = match std::env::var("KEPLER_CUDA_WORKLOAD") {
+        Ok(c) => {
+            let mut cmd = Command::new("sh");
+            cmd.args(["-c", &c]);
+            cmd
+        }
+        Err(_) => {
+            let has_torch = Command::new("python3")
+                .args([
+                    "-c",
+                    "import torch,sys; sys.exit(0 if torch.cuda.is_available() else 1)",
+                ])
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .status()
+                .is_ok_and(|s| s.success());
+            if !has_torch {
+                return Err(
+                    "no CUDA workload: no python3 whose torch sees a GPU, and no KEPLER_CUDA_WORKLOAD"
+                        .into(),
+                );
+            }
+            let mut cmd = Command::new("python3");
+            cmd.args(["-c", &torch_load(seconds)]);
+            cmd
+        }
+    };
+    cmd.stdout(Stdio::null())
+        .spawn()
+        .map(Workload)
+        .map_err(|e| format!("the CUDA workload did not start: {e}"))
+}
+
+/// Skips the calling test for want of a GPU or a CUDA workload, with `reason` on stderr; fails
+/// it instead where `KEPLER_REQUIRE_GPU=1` (set on machines that have one, so that a pass
+/// there means the test ran). CI has no GPU and does not set it.
+pub fn skip(reason: &str) {
+    assert!(
+        std::env::var("KEPLER_REQUIRE_GPU").as_deref() != Ok("1"),
+        "{reason} (KEPLER_REQUIRE_GPU=1)"
+    );
+    eprintln!("SKIP: {reason}");
+}
