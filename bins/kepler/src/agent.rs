@@ -102,6 +102,8 @@ pub fn run(config: Config) -> Result<()> {
     unsafe {
         libc::malloc_trim(0);
     }
+    let paged_out = crate::startup_code::release();
+    tracing::debug!(bytes = paged_out, "start-up code paged out");
     let mut attributor = Attributor::new(attribution_config(&config)).with_catalogue(catalogue);
     if source.counts_from_start() {
         attributor = attributor.counting_from_source_start();
