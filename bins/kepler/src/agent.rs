@@ -96,8 +96,8 @@ pub fn run(config: Config) -> Result<()> {
             names.join(", ")
         )));
     }
-    // Loading eBPF parses the kernel's BTF (megabytes, freed right after) and models may parse
-    // large files; hand that freed heap back to the system rather than keep it resident.
+    // Models may parse large files (the kernel's BTF is parsed by the eBPF loader child, not
+    // here); hand that freed heap back to the system rather than keep it resident.
     // SAFETY: malloc_trim only releases free memory of glibc's allocator; no pointers change.
     unsafe {
         libc::malloc_trim(0);
