@@ -3,12 +3,15 @@
 # powercap tree, scraped every second. Prints a table. The extra processes wake once a second,
 # so the eBPF source (which tracks tasks that run) sees them as well as procfs does.
 #   bash bench/agent_rss.sh [N] [SECONDS] [EXTRA AGENT FLAGS...]
+# KEPLER_BIN=path measures that binary instead of building the release one (to compare
+# profiles: build each with `cargo build --profile ...` first).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 n=${1:-1000}
 secs=${2:-30}
 shift $(( $# > 2 ? 2 : $# ))
-cargo build --release -q --bin kepler
+bin=${KEPLER_BIN:-./target/release/kepler}
+[ -n "${KEPLER_BIN:-}" ] || cargo build --release -q --bin kepler
 tmp=$(mktemp -d)
 pids=()
 cleanup() {
@@ -44,7 +47,7 @@ for _ in $(seq "$n"); do
   perl -e 'for (1..600) { select(undef, undef, undef, 1) }' & pids+=($!)
 done
 port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
-./target/release/kepler --host.sysfs "$tmp" --monitor.interval 1s \
+"$bin" --host.sysfs "$tmp" --monitor.interval 1s \
   --web.listen-address "127.0.0.1:$port" --log.level warn "$@" 2>/dev/null &
 agent=$!
 pids+=($agent)

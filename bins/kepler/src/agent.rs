@@ -96,12 +96,14 @@ pub fn run(config: Config) -> Result<()> {
             names.join(", ")
         )));
     }
-    // Loading eBPF parses the kernel's BTF (megabytes, freed right after) and models may parse
-    // large files; hand that freed heap back to the system rather than keep it resident.
+    // Models may parse large files (the kernel's BTF is parsed by the eBPF loader child, not
+    // here); hand that freed heap back to the system rather than keep it resident.
     // SAFETY: malloc_trim only releases free memory of glibc's allocator; no pointers change.
     unsafe {
         libc::malloc_trim(0);
     }
+    let paged_out = crate::startup_code::release();
+    tracing::debug!(bytes = paged_out, "start-up code paged out");
     let mut attributor = Attributor::new(attribution_config(&config)).with_catalogue(catalogue);
     if source.counts_from_start() {
         attributor = attributor.counting_from_source_start();

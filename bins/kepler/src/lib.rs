@@ -15,3 +15,4 @@ pub mod profiling;
 pub mod sampler;
 pub mod service;
 pub mod setup;
+pub mod startup_code;

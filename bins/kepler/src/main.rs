@@ -16,6 +16,13 @@ static ALLOCATOR: allocator::Switch = allocator::Switch;
 fn main() -> Result<()> {
     #[cfg(not(target_env = "msvc"))]
     allocator::tune_system_allocator();
+    // The agent re-executes itself to load its eBPF programs (see kepler_ebpf::child): that
+    // child parses no flags and reads no config.
+    if std::env::args_os().nth(1).as_deref()
+        == Some(std::ffi::OsStr::new(kepler_ebpf::LOADER_SUBCOMMAND))
+    {
+        std::process::exit(kepler_ebpf::run_loader_child());
+    }
     // kingpin, which upstream uses, exits with status 1 on a bad flag (clap would use 2);
     // scripts and probes written for upstream check for that.
     let cli = match Cli::parse_args(std::env::args_os()) {

@@ -97,6 +97,8 @@ pub fn describe_failures(attempts: &[Attempt]) -> String {
 pub fn ebpf_settings(config: &Config) -> kepler_ebpf::EbpfSettings {
     kepler_ebpf::EbpfSettings {
         max_processes: config.ebpf.max_processes,
+        // Keeps the kernel BTF parse out of the agent's memory.
+        loader: kepler_ebpf::Loader::Child(kepler_ebpf::LoaderCommand::this_executable()),
         ..kepler_ebpf::EbpfSettings::default()
     }
 }

@@ -24,6 +24,8 @@
 mod abi;
 mod caps;
 mod cgroups;
+mod child;
+mod fdpass;
 mod loader;
 mod perf;
 mod proc;
@@ -38,6 +40,7 @@ use std::sync::Arc;
 
 use kepler_core::{NoWorkloads, Unavailable};
 
+pub use child::{run_loader_child, LoaderCommand, LOADER_SUBCOMMAND};
 pub use loader::{ProbeState, Probes};
 pub use source::EbpfSource;
 
@@ -59,6 +62,19 @@ pub struct EbpfSettings {
     pub hw_counters: bool,
     /// Where cgroup2 is mounted; `None` finds it in `<procfs>/self/mountinfo`.
     pub cgroup2_root: Option<PathBuf>,
+    /// Which process loads the programs.
+    pub loader: Loader,
+}
+
+/// Where the programs are loaded. Loading parses the kernel's BTF, the largest allocation the
+/// agent would ever make: done in a child, it stays out of the agent's memory.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub enum Loader {
+    /// Here: for programs that cannot run a loader child (tests, examples).
+    #[default]
+    InProcess,
+    /// In a child that hands its descriptors over and exits (see [`run_loader_child`]).
+    Child(LoaderCommand),
 }
 
 impl Default for EbpfSettings {
@@ -70,6 +86,7 @@ impl Default for EbpfSettings {
             softirq: true,
             hw_counters: true,
             cgroup2_root: None,
+            loader: Loader::InProcess,
         }
     }
 }

@@ -1,8 +1,9 @@
 //! Loading the object and attaching its programs. `sched_switch` is required; the page-cache,
 //! softirq and hardware-counter probes are optional and each reports why it is off.
 
+use std::collections::HashMap;
 use std::fmt;
-use std::os::fd::AsFd;
+use std::os::fd::{AsFd, OwnedFd};
 
 use aya::maps::{Map, MapData, RingBuf};
 use aya::programs::{BtfTracePoint, FEntry, KProbe};
@@ -15,7 +16,7 @@ use crate::slim_btf;
 use crate::EbpfSettings;
 
 /// State of one optional probe.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum ProbeState {
     /// Attached; the text says where (function or tracepoint).
     Active(String),
@@ -42,7 +43,7 @@ impl fmt::Display for ProbeState {
 }
 
 /// What the loaded source measures besides CPU time and context switches.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Probes {
     pub page_cache: ProbeState,
     pub softirq: ProbeState,
@@ -62,10 +63,65 @@ impl fmt::Display for Probes {
 /// Everything that must stay alive while the source runs: dropping `ebpf` detaches the
 /// programs, dropping the counters closes the perf events.
 pub(crate) struct Loaded {
-    pub ebpf: Ebpf,
+    pub ebpf: Attached,
     pub exits: RingBuf<MapData>,
     pub probes: Probes,
     pub _counters: Option<perf::Counters>,
+    /// Warnings met on the way, for the agent's log (a loader child has none of its own).
+    pub notes: Vec<String>,
+}
+
+/// The object's maps by name, and what keeps its programs attached: the loaded object itself,
+/// or the descriptors a loader child handed over (links, programs, perf events, maps).
+pub(crate) struct Attached {
+    maps: HashMap<String, Map>,
+    _keep: Keep,
+}
+
+/// Held only to be dropped last.
+enum Keep {
+    Object { _ebpf: Ebpf },
+    Fds { _fds: Vec<OwnedFd> },
+}
+
+impl Attached {
+    /// Takes every map out of a loaded object, which then only holds the programs.
+    fn from_object(mut ebpf: Ebpf) -> Self {
+        let names: Vec<String> = ebpf.maps().map(|(n, _)| n.to_string()).collect();
+        let maps = names
+            .into_iter()
+            .filter_map(|n| Some((n.clone(), ebpf.take_map(&n)?)))
+            .collect();
+        Attached {
+            maps,
+            _keep: Keep::Object { _ebpf: ebpf },
+        }
+    }
+
+    /// Maps rebuilt from received descriptors; `keep` holds everything else received.
+    pub(crate) fn from_fds(maps: HashMap<String, Map>, keep: Vec<OwnedFd>) -> Self {
+        Attached {
+            maps,
+            _keep: Keep::Fds { _fds: keep },
+        }
+    }
+
+    pub fn map(&self, name: &str) -> Option<&Map> {
+        self.maps.get(name)
+    }
+
+    pub fn map_mut(&mut self, name: &str) -> Option<&mut Map> {
+        self.maps.get_mut(name)
+    }
+
+    pub fn take_map(&mut self, name: &str) -> Option<Map> {
+        self.maps.remove(name)
+    }
+
+    /// The maps by name, for handing them over.
+    pub(crate) fn maps(&self) -> impl Iterator<Item = (&str, &Map)> {
+        self.maps.iter().map(|(n, m)| (n.as_str(), m))
+    }
 }
 
 /// An error and its causes on one line: aya nests the useful part (errno, verifier log).
@@ -92,7 +148,7 @@ pub(crate) fn chain(e: &dyn std::error::Error) -> String {
     s
 }
 
-fn unavailable(what: &str, e: &dyn std::error::Error) -> Unavailable {
+pub(crate) fn unavailable(what: &str, e: &dyn std::error::Error) -> Unavailable {
     Unavailable::new(format!("eBPF: {what}: {}", chain(e)))
 }
 
@@ -101,7 +157,32 @@ fn ring_size(bytes: u32) -> u32 {
     bytes.clamp(4096, 1 << 30).next_power_of_two()
 }
 
+/// Loads and attaches, in this process or in a loader child as the settings say, and logs
+/// what is on and what is not.
 pub(crate) fn load(settings: &EbpfSettings) -> Result<Loaded, Unavailable> {
+    let loaded = match &settings.loader {
+        crate::Loader::InProcess => load_here(settings)?,
+        crate::Loader::Child(command) => crate::child::load(command, settings)?,
+    };
+    for note in &loaded.notes {
+        tracing::warn!("{note}");
+    }
+    let p = &loaded.probes;
+    for (state, what) in [
+        (&p.hw_counters, "hardware counters unavailable"),
+        (&p.softirq, "softirq counting unavailable"),
+        (&p.page_cache, "page-cache counting unavailable"),
+    ] {
+        if let ProbeState::Unavailable(why) = state {
+            tracing::warn!(%why, "{what}");
+        }
+    }
+    tracing::info!(probes = %loaded.probes, "eBPF programs attached");
+    Ok(loaded)
+}
+
+/// Loads and attaches in this process (parsing the kernel's BTF here).
+pub(crate) fn load_here(settings: &EbpfSettings) -> Result<Loaded, Unavailable> {
     load_with(settings, perf::open_all)
 }
 
@@ -117,7 +198,8 @@ fn load_with(
     // once, that parse is the start-up peak alone; the one loader serves both loads below.
     let mut loader = EbpfLoader::new();
     loader.btf(None);
-    let btf = kernel_btf()?;
+    let mut notes = Vec::new();
+    let btf = kernel_btf(&mut notes)?;
     loader.btf(Some(&btf));
 
     // The opened counters, or the state that says why there are none.
@@ -140,7 +222,6 @@ fn load_with(
         Ok(c) => match store_counters(&ebpf, &c) {
             Ok(()) => (Some(c), ProbeState::Active(HW_ACTIVE.into())),
             Err(why) => {
-                tracing::warn!(%why, "hardware counters unavailable");
                 drop(c);
                 drop(ebpf);
                 ebpf = load_object(&mut loader, settings, false)?;
@@ -161,22 +242,27 @@ fn load_with(
     } else {
         ProbeState::Disabled
     };
-    let exits = ebpf
-        .take_map(names::EXITS)
-        .ok_or_else(|| Unavailable::new("eBPF: object has no exits map"))?;
-    let exits = RingBuf::try_from(exits).map_err(|e| unavailable("mapping exits ring", &e))?;
-    let probes = Probes {
-        page_cache,
-        softirq,
-        hw_counters,
-    };
-    tracing::info!(%probes, "eBPF programs attached");
+    let mut ebpf = Attached::from_object(ebpf);
+    let exits = exits_ring(&mut ebpf)?;
     Ok(Loaded {
         ebpf,
         exits,
-        probes,
+        probes: Probes {
+            page_cache,
+            softirq,
+            hw_counters,
+        },
         _counters: counters,
+        notes,
     })
+}
+
+/// The exits ring, mapped into this process.
+pub(crate) fn exits_ring(ebpf: &mut Attached) -> Result<RingBuf<MapData>, Unavailable> {
+    let exits = ebpf
+        .take_map(names::EXITS)
+        .ok_or_else(|| Unavailable::new("eBPF: object has no exits map"))?;
+    RingBuf::try_from(exits).map_err(|e| unavailable("mapping exits ring", &e))
 }
 
 const VMLINUX: &str = "/sys/kernel/btf/vmlinux";
@@ -199,7 +285,7 @@ pub(crate) const BTF_NAMES: &[&str] = &[
 
 /// The kernel's BTF, slimmed to what the loader looks up (see [`slim_btf`]): parsing all of it
 /// is most of the agent's start-up memory. Falls back to the whole when slimming fails.
-fn kernel_btf() -> Result<Btf, Unavailable> {
+fn kernel_btf(notes: &mut Vec<String>) -> Result<Btf, Unavailable> {
     let unusable =
         |e: &dyn std::error::Error| unavailable(&format!("kernel BTF ({VMLINUX}) unusable"), e);
     let raw = std::fs::read(VMLINUX).map_err(|e| unusable(&e))?;
@@ -209,7 +295,9 @@ fn kernel_btf() -> Result<Btf, Unavailable> {
             Btf::parse(&slim, Endianness::default())
         }
         Err(e) => {
-            tracing::warn!(error = %e, "cannot slim the kernel BTF; parsing all of it");
+            notes.push(format!(
+                "cannot slim the kernel BTF ({e}); parsed all of it"
+            ));
             Btf::parse(&raw, Endianness::default())
         }
     };
@@ -259,10 +347,7 @@ fn attach_softirq(ebpf: &mut Ebpf, btf: &Btf) -> ProbeState {
     })();
     match result {
         Ok(()) => ProbeState::Active("tp_btf/softirq_entry".into()),
-        Err(why) => {
-            tracing::warn!(%why, "softirq counting unavailable");
-            ProbeState::Unavailable(why)
-        }
+        Err(why) => ProbeState::Unavailable(why),
     }
 }
 
@@ -281,9 +366,7 @@ fn attach_page_cache(ebpf: &mut Ebpf, btf: &Btf) -> ProbeState {
         Ok(at) => return ProbeState::Active(at),
         Err(why) => errors.push(why),
     }
-    let why = errors.join("; ");
-    tracing::warn!(%why, "page-cache counting unavailable");
-    ProbeState::Unavailable(why)
+    ProbeState::Unavailable(errors.join("; "))
 }
 
 fn attach_page_cache_fentry(ebpf: &mut Ebpf, btf: &Btf) -> Result<String, String> {
@@ -366,7 +449,7 @@ mod tests {
     }
 
     /// The hardware-counter flag the loaded object runs with (its one byte of `.rodata`).
-    fn hw_flag(ebpf: &Ebpf) -> Option<u8> {
+    fn hw_flag(ebpf: &Attached) -> Option<u8> {
         let map = ebpf.map(".rodata")?;
         let arr = aya::maps::Array::<&MapData, u8>::try_from(map).ok()?;
         arr.get(&0, 0).ok()
@@ -384,14 +467,12 @@ mod tests {
             hw_counters: true,
             ..Default::default()
         };
-        let btf = kernel_btf().unwrap();
+        let btf = kernel_btf(&mut Vec::new()).unwrap();
         let mut loader = EbpfLoader::new();
         loader.btf(Some(&btf));
         // The flag reads back as set when it is.
-        assert_eq!(
-            hw_flag(&load_object(&mut loader, &settings, true).unwrap()),
-            Some(1)
-        );
+        let object = load_object(&mut loader, &settings, true).unwrap();
+        assert_eq!(hw_flag(&Attached::from_object(object)), Some(1));
 
         // Descriptors that are not perf events: the first store fails, with the second CPU's
         // and the other events' counters opened but never stored.
@@ -451,7 +532,9 @@ mod tests {
         }
         // One of the page-cache functions may be missing on a kernel.
         assert!(found >= BTF_NAMES.len() - 1, "{found} names found");
-        assert!(kernel_btf().is_ok());
+        let mut notes = Vec::new();
+        assert!(kernel_btf(&mut notes).is_ok());
+        assert!(notes.is_empty(), "{notes:?}");
         let header = include_str!("../bpf/kernel_types.h");
         for line in header.lines() {
             let decl = line.strip_prefix("struct ").or(line.strip_prefix("enum "));

@@ -9,7 +9,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use aya::maps::{Array, HashMap as BpfHashMap, MapData, PerCpuArray, RingBuf};
-use aya::Ebpf;
 use kepler_core::{
     Classifier, Feature, ProcessInfo, ProcessKey, ReadError, Unavailable, UsageSnapshot,
     UsageSource,
@@ -24,7 +23,7 @@ use crate::{proc, EbpfSettings, EbpfStats};
 
 /// Usage from the BPF programs: every thread group's CPU time since load, exited ones once.
 pub struct EbpfSource {
-    ebpf: Ebpf,
+    ebpf: loader::Attached,
     exits: RingBuf<MapData>,
     probes: Probes,
     _counters: Option<crate::perf::Counters>,
