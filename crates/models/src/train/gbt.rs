@@ -9,6 +9,8 @@
 
 mod bins;
 mod grow;
+#[cfg(test)]
+mod reference;
 
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
@@ -50,7 +52,7 @@ impl Default for GbtParams {
 }
 
 /// Node arrays in XGBoost's layout (children after parents, breadth first).
-#[derive(Debug, Default)]
+#[derive(Debug, Default, Clone)]
 struct Tree {
     left: Vec<i64>,
     right: Vec<i64>,
@@ -64,6 +66,20 @@ struct Tree {
 }
 
 impl Tree {
+    /// Room for `nodes` nodes, so that growing a tree does not reallocate its arrays.
+    fn with_capacity(nodes: usize) -> Tree {
+        Tree {
+            left: Vec::with_capacity(nodes),
+            right: Vec::with_capacity(nodes),
+            parent: Vec::with_capacity(nodes),
+            feature: Vec::with_capacity(nodes),
+            cond: Vec::with_capacity(nodes),
+            base_weight: Vec::with_capacity(nodes),
+            loss_change: Vec::with_capacity(nodes),
+            hess: Vec::with_capacity(nodes),
+        }
+    }
+
     fn len(&self) -> usize {
         self.left.len()
     }
@@ -102,11 +118,18 @@ pub(crate) fn fit(cols: &[Vec<f64>], y: &[f64], params: &GbtParams) -> Booster {
     let mut grad = vec![0.0; n];
     let mut ws = Workspace::default();
     let mut trees = Vec::with_capacity(params.n_trees);
-    for _ in 0..params.n_trees {
+    while trees.len() < params.n_trees {
         for ((g, p), y) in grad.iter_mut().zip(&pred).zip(y) {
             *g = p - y;
         }
-        trees.push(grow(&data, &grad, params, &mut ws, &mut pred));
+        let tree = grow(&data, &grad, params, &mut ws, &mut pred);
+        // A lone leaf of weight 0 leaves the predictions, hence the gradients, as they
+        // were: every later tree is this one (a component that reads 0 W is all such trees).
+        if tree.len() == 1 && tree.cond.first() == Some(&0.0) {
+            trees.resize_with(params.n_trees, || tree.clone());
+        } else {
+            trees.push(tree);
+        }
     }
     Booster {
         base_score,
