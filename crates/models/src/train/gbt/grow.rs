@@ -39,7 +39,8 @@ struct Open {
 #[derive(Debug, Default)]
 pub(super) struct Workspace {
     rows: Vec<u32>,
-    scratch: Vec<u32>,
+    /// The rows of the next level: each split node's range, partitioned.
+    next_rows: Vec<u32>,
     /// This tree's gradients in fixed point.
     q: Vec<i64>,
     hist: Vec<Bin>,
@@ -227,24 +228,21 @@ fn best_split(
     })
 }
 
-/// Stable in-place partition of `seg`: rows whose bin in `col` is below `bin` first.
-/// Returns the number of those. Every row is written to both sides and only the cursor of
-/// its side moves: which side a row goes to is a coin flip to the branch predictor.
-fn partition(seg: &mut [u32], scratch: &mut Vec<u32>, col: &[u16], bin: usize) -> usize {
-    scratch.clear();
-    scratch.resize(seg.len(), 0);
-    let (mut left, mut right) = (0, 0);
-    for i in 0..seg.len() {
-        let r = seg[i];
+/// Stable partition of `src` into `dst` (as long): first the `n_left` rows whose bin in
+/// `col` is below `bin`, then the others. The split's left count is known from the
+/// histogram (exact), so each row has its slot without a second pass, and the slot is
+/// picked by a select: which side a row goes to is a coin flip to the branch predictor.
+fn partition(src: &[u32], dst: &mut [u32], col: &[u16], bin: usize, n_left: usize) {
+    let (mut left, mut right) = (0, n_left);
+    for &r in src {
         let goes_left = col.get(r as usize).is_some_and(|b| usize::from(*b) < bin);
-        // left <= i: this overwrites a row already read.
-        seg[left] = r;
-        scratch[right] = r;
+        let at = if goes_left { left } else { right };
+        if let Some(slot) = dst.get_mut(at) {
+            *slot = r;
+        }
         left += usize::from(goes_left);
         right += usize::from(!goes_left);
     }
-    seg[left..].copy_from_slice(&scratch[..right]);
-    left
 }
 
 impl Workspace {
@@ -270,6 +268,7 @@ pub(super) fn grow(
     let mut t = Tree::with_capacity((2usize << p.max_depth.min(12)) - 1);
     ws.rows.clear();
     ws.rows.extend(0..n as u32);
+    ws.next_rows.resize(n, 0);
     if ws.inv.len() != n + 1 {
         ws.inv = (0..=n).map(|h| 1.0 / (h as f64 + p.lambda)).collect();
     }
@@ -321,7 +320,7 @@ pub(super) fn grow(
             let (qr, nr) = (node.q - s.ql, node.n - s.nl);
             t.push(node.id as i64, s.ql as f64 * unit, s.nl as f64, p.lambda);
             t.push(node.id as i64, qr as f64 * unit, nr as f64, p.lambda);
-            let seg = &mut ws.rows[node.start..node.end];
+            let seg = &ws.rows[node.start..node.end];
             let col = &data.cols[s.feature];
             if depth + 1 == depth_limit {
                 // Both children are leaves: their rows' predictions move without a partition.
@@ -339,7 +338,10 @@ pub(super) fn grow(
                 }
                 continue;
             }
-            let mid = node.start + partition(seg, &mut ws.scratch, col, s.bin);
+            let nl = usize::try_from(s.nl).unwrap_or(0);
+            let next = &mut ws.next_rows[node.start..node.end];
+            partition(seg, next, col, s.bin, nl);
+            let mid = node.start + nl;
             let child = |id, start, end, q, n| Open {
                 id,
                 start,
@@ -372,7 +374,7 @@ pub(super) fn grow(
                 build_hist(
                     &mut ws.next_hist[small * tb..(small + 1) * tb],
                     &ws.next_ranges[small * nf..(small + 1) * nf],
-                    &ws.rows[s.start..s.end],
+                    &ws.next_rows[s.start..s.end],
                     data,
                     &ws.q,
                 );
@@ -401,6 +403,7 @@ pub(super) fn grow(
                 }
             }
         }
+        std::mem::swap(&mut ws.rows, &mut ws.next_rows);
         std::mem::swap(&mut ws.open, &mut ws.next_open);
         std::mem::swap(&mut ws.hist, &mut ws.next_hist);
         std::mem::swap(&mut ws.ranges, &mut ws.next_ranges);
