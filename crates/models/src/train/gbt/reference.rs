@@ -8,6 +8,15 @@ use super::bins::Binned;
 use super::grow::quantize;
 use super::{fit, Booster, GbtParams, Tree};
 
+/// A split: its gain in q units, and its rows.
+struct Candidate {
+    gain: f64,
+    feature: usize,
+    bin: usize,
+    left: Vec<usize>,
+    right: Vec<usize>,
+}
+
 fn reference_fit(cols: &[Vec<f64>], y: &[f64], p: &GbtParams) -> Booster {
     let n = y.len();
     let xs: Vec<Vec<f32>> = cols
@@ -37,8 +46,8 @@ fn reference_fit(cols: &[Vec<f64>], y: &[f64], p: &GbtParams) -> Booster {
         let mut queue = VecDeque::from([(0usize, all, 0usize)]);
         while let Some((id, rows, depth)) = queue.pop_front() {
             let (qs, m) = (sum(&rows), rows.len());
-            // (gain in q units, feature, bin, left rows, right rows); the first best wins.
-            let mut best: Option<(f64, usize, usize, Vec<usize>, Vec<usize>)> = None;
+            // The first best wins.
+            let mut best: Option<Candidate> = None;
             for (f, lower) in data.lower.iter().enumerate() {
                 if depth >= p.max_depth {
                     break;
@@ -55,14 +64,27 @@ fn reference_fit(cols: &[Vec<f64>], y: &[f64], p: &GbtParams) -> Booster {
                     }
                     let ql = sum(&left);
                     let gain = sq(ql) * inv(left.len()) + sq(qs - ql) * inv(right.len());
-                    if best.as_ref().is_none_or(|s| gain > s.0) {
-                        best = Some((gain, f, b, left, right));
+                    if best.as_ref().is_none_or(|s| gain > s.gain) {
+                        best = Some(Candidate {
+                            gain,
+                            feature: f,
+                            bin: b,
+                            left,
+                            right,
+                        });
                     }
                 }
             }
-            let best = best.map(|s| ((s.0 - sq(qs) * inv(m)) * unit * unit, s));
+            let best = best.map(|s| ((s.gain - sq(qs) * inv(m)) * unit * unit, s));
             match best.filter(|(gain, _)| *gain > 1e-6) {
-                Some((gain, (_, f, b, left, right))) => {
+                Some((gain, c)) => {
+                    let Candidate {
+                        feature: f,
+                        bin: b,
+                        left,
+                        right,
+                        ..
+                    } = c;
                     let (l, r) = (t.len(), t.len() + 1);
                     t.left[id] = l as i64;
                     t.right[id] = r as i64;
