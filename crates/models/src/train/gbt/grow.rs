@@ -180,8 +180,9 @@ fn best_split(
             nl += bins[i].n;
             i += 1;
         }
-        // (gain, bin offset in `bins`, ql, nl) of the feature's best candidate.
-        let mut top = (f64::NEG_INFINITY, 0usize, 0i64, 0i64);
+        // (gain, bin offset in `bins`) of the feature's best candidate; its left sums are
+        // summed again for the node's winner only.
+        let mut top = (f64::NEG_INFINITY, 0usize);
         while i < len {
             let nr = n - nl;
             if nr < min_n {
@@ -192,8 +193,6 @@ fn best_split(
             let better = gain > top.0;
             top.0 = if better { gain } else { top.0 };
             top.1 = if better { i } else { top.1 };
-            top.2 = if better { ql } else { top.2 };
-            top.3 = if better { nl } else { top.3 };
             ql += bins[i].q;
             nl += bins[i].n;
             i += 1;
@@ -216,15 +215,26 @@ fn best_split(
             gain: top.0,
             feature: f,
             bin: lo as usize + top.1 + step,
-            ql: top.2,
-            nl: top.3,
+            ql: 0,
+            nl: 0,
         });
+    }
+    let mut best = best?;
+    // The winner's left side: every bin below its split bin (sums are exact).
+    let first = data.offset.get(best.feature).copied().unwrap_or(0);
+    let [lo, _] = ranges.get(best.feature).copied().unwrap_or([0, 0]);
+    for e in hist
+        .get(first + lo as usize..first + best.bin)
+        .unwrap_or(&[])
+    {
+        best.ql += e.q;
+        best.nl += e.n;
     }
     // Scaling by a power of two is exact: the sign and order of gains are those of the
     // q-unit ones.
-    best.map(|s| Split {
-        gain: (s.gain - sq(node.q) * at(n)) * unit * unit,
-        ..s
+    Some(Split {
+        gain: (best.gain - sq(node.q) * at(n)) * unit * unit,
+        ..best
     })
 }
 
