@@ -430,8 +430,10 @@ fn leaf(t: &mut Tree, node: &Open, rows: &[u32], p: &GbtParams, unit: f64, pred:
     let w = weight(node.q, node.n, p, unit);
     t.cond[node.id] = w;
     t.base_weight[node.id] = w;
-    for &r in &rows[node.start..node.end] {
-        pred[r as usize] += f64::from(w);
+    for &r in rows.get(node.start..node.end).unwrap_or(&[]) {
+        if let Some(v) = pred.get_mut(r as usize) {
+            *v += f64::from(w);
+        }
     }
 }
 
