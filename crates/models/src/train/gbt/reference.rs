@@ -5,7 +5,7 @@
 use std::collections::VecDeque;
 
 use super::bins::Binned;
-use super::grow::quantize;
+use super::grow::{quantize, Pack};
 use super::{fit, Booster, GbtParams, Tree};
 
 /// A split: its gain in q units, and its rows.
@@ -33,7 +33,9 @@ fn reference_fit(cols: &[Vec<f64>], y: &[f64], p: &GbtParams) -> Booster {
     let mut q = Vec::new();
     for _ in 0..p.n_trees {
         let grad: Vec<f64> = pred.iter().zip(y).map(|(p, y)| p - y).collect();
-        let unit = quantize(&grad, &mut q);
+        let pack = Pack::for_rows(n);
+        let unit = quantize(&grad, pack, &mut q);
+        let q: Vec<i64> = q.iter().map(|v| pack.q(*v)).collect();
         let mut t = Tree::default();
         let sum = |rows: &[usize]| rows.iter().map(|r| q[*r]).sum::<i64>();
         let all: Vec<usize> = (0..n).collect();
@@ -186,11 +188,17 @@ fn quantized_gradients_sum_exactly_within_range() {
     let mut rng = Rng(7);
     for scale in [1e-300, 1e-9, 1.0, 3e5, 1e200] {
         let grad: Vec<f64> = (0..1000).map(|_| (rng.unit() - 0.5) * scale).collect();
-        let mut q = Vec::new();
-        let unit = quantize(&grad, &mut q);
-        // No subset sum can overflow: the sum of magnitudes fits.
-        let total = q.iter().try_fold(0i64, |s, v| s.checked_add(v.abs()));
+        let pack = Pack::for_rows(grad.len());
+        let mut packed = Vec::new();
+        let unit = quantize(&grad, pack, &mut packed);
+        // Any subset's packed sum holds its gradient sum and its count, exactly.
+        let total = packed.iter().try_fold(0i64, |s, v| s.checked_add(v.abs()));
         assert!(total.is_some(), "scale {scale}");
+        let odd: Vec<i64> = packed.iter().copied().skip(1).step_by(2).collect();
+        let q: Vec<i64> = packed.iter().map(|v| pack.q(*v)).collect();
+        let sum: i64 = odd.iter().sum();
+        assert_eq!(pack.q(sum), q.iter().skip(1).step_by(2).sum::<i64>());
+        assert_eq!(sum & 1023, 500, "scale {scale}: the count");
         for (g, q) in grad.iter().zip(&q) {
             // Truncation: within one unit of the gradient.
             assert!((q.abs() as f64) * unit <= g.abs(), "scale {scale}: {g} {q}");
@@ -199,17 +207,18 @@ fn quantized_gradients_sum_exactly_within_range() {
                 "scale {scale}: {g} {q}"
             );
         }
-        // Precision: at least 40 bits of the largest gradient.
+        // Precision: at least 38 bits of the largest gradient (1 000 rows).
         let max = grad.iter().fold(0.0f64, |m, g| m.max(g.abs()));
         assert!(
-            unit <= max * 2f64.powi(-40) || scale < 1e-100,
+            unit <= max * 2f64.powi(-38) || scale < 1e-100,
             "scale {scale}"
         );
     }
+    let pack = Pack::for_rows(3);
     let mut q = Vec::new();
-    assert_eq!(quantize(&[0.0, 0.0], &mut q), 1.0);
-    assert_eq!(q, [0, 0]);
-    quantize(&[f64::NAN, f64::INFINITY, 2.0], &mut q);
-    assert_eq!(&q[..2], &[0, 0]);
-    assert!(q[2] > 0);
+    assert_eq!(quantize(&[0.0, 0.0], pack, &mut q), 1.0);
+    assert_eq!(q, [1, 1]);
+    quantize(&[f64::NAN, f64::INFINITY, 2.0], pack, &mut q);
+    assert_eq!(&q[..2], &[1, 1]);
+    assert!(pack.q(q[2]) > 0);
 }
