@@ -107,6 +107,13 @@ pub(super) fn quantize(grad: &[f64], pack: Pack, q: &mut Vec<Bin>) -> f64 {
     2f64.powi(-k)
 }
 
+/// This tree's fixed point: the gradient a unit of `q` stands for, and the packing.
+#[derive(Debug, Clone, Copy)]
+struct Fixed {
+    unit: f64,
+    pack: Pack,
+}
+
 struct Split {
     /// Loss reduction, in gradient units.
     gain: f64,
@@ -166,9 +173,9 @@ fn best_split(
     data: &Binned,
     p: &GbtParams,
     inv: &[f64],
-    unit: f64,
-    pack: Pack,
+    fixed: Fixed,
 ) -> Option<Split> {
+    let Fixed { unit, pack } = fixed;
     // Children need at least this many rows (unit hessians: the count is the weight); a
     // NaN minimum admits no split, as comparisons with it fail.
     let mcw = p.min_child_weight;
@@ -339,7 +346,8 @@ pub(super) fn grow(
         for (slot, node) in ws.open.iter().enumerate() {
             let hist = &ws.hist[slot * tb..(slot + 1) * tb];
             let ranges = &mut ws.ranges[slot * nf..(slot + 1) * nf];
-            let found = best_split(hist, node, ranges, data, p, &ws.inv, unit, pack);
+            let fixed = Fixed { unit, pack };
+            let found = best_split(hist, node, ranges, data, p, &ws.inv, fixed);
             let Some(s) = found.filter(|s| s.gain > 1e-6) else {
                 leaf(&mut t, node, &ws.rows, p, unit, pred);
                 continue;
