@@ -9,6 +9,8 @@
 
 mod bins;
 mod grow;
+#[cfg(test)]
+mod reference;
 
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
@@ -50,7 +52,7 @@ impl Default for GbtParams {
 }
 
 /// Node arrays in XGBoost's layout (children after parents, breadth first).
-#[derive(Debug, Default)]
+#[derive(Debug, Default, Clone)]
 struct Tree {
     left: Vec<i64>,
     right: Vec<i64>,
@@ -64,6 +66,20 @@ struct Tree {
 }
 
 impl Tree {
+    /// Room for `nodes` nodes, so that growing a tree does not reallocate its arrays.
+    fn with_capacity(nodes: usize) -> Tree {
+        Tree {
+            left: Vec::with_capacity(nodes),
+            right: Vec::with_capacity(nodes),
+            parent: Vec::with_capacity(nodes),
+            feature: Vec::with_capacity(nodes),
+            cond: Vec::with_capacity(nodes),
+            base_weight: Vec::with_capacity(nodes),
+            loss_change: Vec::with_capacity(nodes),
+            hess: Vec::with_capacity(nodes),
+        }
+    }
+
     fn len(&self) -> usize {
         self.left.len()
     }
@@ -89,28 +105,54 @@ pub(crate) struct Booster {
     trees: Vec<Tree>,
 }
 
-/// Fits a booster to `cols` (features, each as long as `y`) and `y`.
-pub(crate) fn fit(cols: &[Vec<f64>], y: &[f64], params: &GbtParams) -> Booster {
-    let n = y.len();
+/// Features binned for fitting: one binning serves every target over the same rows.
+#[derive(Debug)]
+pub(crate) struct Prepared(Binned);
+
+/// Bins `cols` (features, each as long as the targets to fit).
+pub(crate) fn prepare(cols: &[Vec<f64>], params: &GbtParams) -> Prepared {
+    let n = cols.first().map_or(0, Vec::len);
     let xs: Vec<Vec<f32>> = cols
         .iter()
         .map(|c| c.iter().map(|v| *v as f32).collect())
         .collect();
-    let data = Binned::new(&xs, n, params.max_bin);
+    Prepared(Binned::new(&xs, n, params.max_bin))
+}
+
+/// Fits a booster to `cols` (features, each as long as `y`) and `y`.
+#[cfg(test)]
+pub(crate) fn fit(cols: &[Vec<f64>], y: &[f64], params: &GbtParams) -> Booster {
+    fit_prepared(&prepare(cols, params), y, params)
+}
+
+/// Fits a booster to binned features and `y` (as long as the features).
+pub(crate) fn fit_prepared(data: &Prepared, y: &[f64], params: &GbtParams) -> Booster {
+    let data = &data.0;
+    // The caller bins the rows it fits; a shorter `y` leaves the extra rows out of the
+    // gradient sums (their gradients read 0).
+    debug_assert_eq!(y.len(), data.n_rows);
+    let n = y.len();
     let base_score = (y.iter().sum::<f64>() / n.max(1) as f64) as f32;
     let mut pred = vec![f64::from(base_score); n];
     let mut grad = vec![0.0; n];
     let mut ws = Workspace::default();
     let mut trees = Vec::with_capacity(params.n_trees);
-    for _ in 0..params.n_trees {
+    while trees.len() < params.n_trees {
         for ((g, p), y) in grad.iter_mut().zip(&pred).zip(y) {
             *g = p - y;
         }
-        trees.push(grow(&data, &grad, params, &mut ws, &mut pred));
+        let tree = grow(data, &grad, params, &mut ws, &mut pred);
+        // A lone leaf of weight 0 leaves the predictions, hence the gradients, as they
+        // were: every later tree is this one (a component that reads 0 W is all such trees).
+        if tree.len() == 1 && tree.cond.first() == Some(&0.0) {
+            trees.resize_with(params.n_trees, || tree.clone());
+        } else {
+            trees.push(tree);
+        }
     }
     Booster {
         base_score,
-        num_feature: cols.len(),
+        num_feature: data.n_features,
         trees,
     }
 }

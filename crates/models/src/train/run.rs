@@ -252,6 +252,8 @@ fn fit(
         .map(|((_, c), s)| pick(c, rows).iter().map(|v| v / s).collect())
         .collect();
     let raw: Vec<Vec<f64>> = p.features.iter().map(|(_, c)| pick(c, rows)).collect();
+    // The trees of every component grow on the same bins.
+    let binned = matches!(kind, TrainerKind::Xgboost).then(|| gbt::prepare(&raw, &opts.gbt));
     p.targets
         .iter()
         .map(|(component, target)| {
@@ -291,7 +293,17 @@ fn fit(
                         params,
                     }
                 }
-                TrainerKind::Xgboost => Fitted::Trees(gbt::fit(&raw, &y, &opts.gbt)),
+                TrainerKind::Xgboost => {
+                    let fresh;
+                    let data = match &binned {
+                        Some(d) => d,
+                        None => {
+                            fresh = gbt::prepare(&raw, &opts.gbt);
+                            &fresh
+                        }
+                    };
+                    Fitted::Trees(gbt::fit_prepared(data, &y, &opts.gbt))
+                }
             };
             (component.clone(), fitted)
         })

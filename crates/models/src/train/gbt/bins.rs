@@ -7,13 +7,18 @@
 //! the tree was grown. A feature with at most `max_bin` distinct values gets one bin per
 //! value, which makes the split search exact for it.
 
-/// Bin indices of every row, row-major, and each feature's bin bounds.
+/// Bin indices of every row, in the two layouts the tree builder reads, and each feature's
+/// bin bounds.
 #[derive(Debug)]
 pub(super) struct Binned {
     pub n_rows: usize,
     pub n_features: usize,
-    /// `bins[row * n_features + f]`.
-    pub bins: Vec<u16>,
+    /// `hist_index[row * n_features + f]`: the row's bin of feature `f` as an index into a
+    /// node histogram (`offset[f]` added), so a histogram sum reads one row's bins in a
+    /// run and adds no offsets.
+    pub hist_index: Vec<u32>,
+    /// `cols[f][row]`: the bin within feature `f`; the row partition reads one feature.
+    pub cols: Vec<Vec<u16>>,
     /// Lower bound of each bin, per feature.
     pub lower: Vec<Vec<f32>>,
     /// Where each feature's bins start in a node histogram; the last entry is its length.
@@ -60,17 +65,29 @@ impl Binned {
             at += lo.len().max(1);
         }
         offset.push(at);
-        let mut bins = vec![0u16; n_rows * n_features];
-        for (f, (col, lo)) in cols.iter().zip(&lower).enumerate() {
-            for (i, v) in col.iter().enumerate().take(n_rows) {
-                // Fits: a feature has at most 65536 bins.
-                bins[i * n_features + f] = bin_of(lo, *v) as u16;
+        let binned: Vec<Vec<u16>> = cols
+            .iter()
+            .zip(&lower)
+            // Fits: a feature has at most 65536 bins.
+            .map(|(col, lo)| {
+                col.iter()
+                    .take(n_rows)
+                    .map(|v| bin_of(lo, *v) as u16)
+                    .collect()
+            })
+            .collect();
+        let mut hist_index = vec![0u32; n_rows * n_features];
+        for (f, (col, off)) in binned.iter().zip(&offset).enumerate() {
+            for (i, b) in col.iter().enumerate() {
+                // Fits: u32 covers 65536 bins for each of up to 65536 features.
+                hist_index[i * n_features + f] = (off + usize::from(*b)) as u32;
             }
         }
         Binned {
             n_rows,
             n_features,
-            bins,
+            hist_index,
+            cols: binned,
             lower,
             offset,
         }
@@ -92,12 +109,14 @@ mod tests {
         let many: Vec<f32> = (0..1000).map(|i| i as f32).collect();
         let b = Binned::new(&[few.clone(), many[..5].to_vec()], 5, 4);
         assert_eq!(b.lower[0], vec![1.0, 2.0, 3.0]);
-        assert_eq!(&b.bins[..2], &[2, 0]);
+        assert_eq!(&b.cols[0][..2], &[2, 0]);
+        // Feature 1's bins follow feature 0's three in a histogram.
+        assert_eq!(&b.hist_index[..4], &[2, 3, 0, 3 + 1]);
         let q = Binned::new(std::slice::from_ref(&many), 1000, 10);
         assert_eq!(q.lower[0].len(), 10);
         // Every row's bin holds it: lo[b] <= x < lo[b + 1].
         for (i, v) in many.iter().enumerate() {
-            let b = usize::from(q.bins[i]);
+            let b = usize::from(q.cols[0][i]);
             assert!(q.lower[0][b] <= *v);
             assert!(q.lower[0].get(b + 1).is_none_or(|hi| v < hi));
         }

@@ -1,19 +1,48 @@
 //! One tree, grown level by level from gradient histograms.
 //!
 //! Each node owns a contiguous range of a row-index array (a split partitions its range in
-//! place), so a node's histogram is one pass over its own rows. Of two siblings only the
-//! smaller is summed; the other is its parent's histogram minus it. All buffers live in a
-//! [`Workspace`] that every tree of a fit reuses.
+//! place, keeping row order), so a node's histogram is one pass over its own rows. Of two
+//! siblings only the smaller is summed; the other is its parent's histogram minus it. All
+//! buffers live in a [`Workspace`] that every tree of a fit reuses.
+//!
+//! Gradients are summed as fixed-point integers ([`quantize`]): integer sums are exact, so
+//! a bin's sum is the same whether it was added up row by row, got by subtraction, or
+//! accumulated over bins in the split scan, and the split chosen is the one a direct sum
+//! over the node's rows gives. It also takes the floating-point add, whose latency bounded
+//! the scan, out of the loops. A bin's gradient sum and row count share one integer
+//! ([`Pack`]), so a histogram sum, subtraction or scan moves one number per bin.
 
 use super::bins::Binned;
 use super::{GbtParams, Tree};
 
-/// Gradient sum and row count of one bin (the hessian of squared error is 1 per row, so
-/// the count is the hessian sum, and an integer indexes [`Workspace::inv`] directly).
-#[derive(Debug, Clone, Copy, Default)]
-struct Gh {
-    g: f64,
-    n: u32,
+/// Gradient sum and row count of one bin, packed as `q * 2^bits + n` (see [`Pack`]).
+type Bin = i64;
+
+/// How a row's gradient `q` and its count 1 share one integer: `q * 2^bits + 1`. Sums of
+/// packed values are the packed sums, exactly, while the count fits in `bits` (`2^bits`
+/// exceeds the fit's rows) and the gradient sum in the rest ([`quantize`] sees to it).
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Pack {
+    bits: u32,
+}
+
+impl Pack {
+    /// Room for counts up to `rows`.
+    pub(super) fn for_rows(rows: usize) -> Pack {
+        Pack {
+            bits: usize::BITS - rows.leading_zeros(),
+        }
+    }
+
+    /// The row count (the hessian sum: squared error's hessian is 1 per row).
+    fn n(self, v: Bin) -> i64 {
+        v & ((1i64 << self.bits) - 1)
+    }
+
+    /// The gradient sum, in `q` units (the shift floors: the count below is not negative).
+    pub(super) fn q(self, v: Bin) -> i64 {
+        v >> self.bits
+    }
 }
 
 /// A node that may still be split: its tree id, its rows `rows[start..end]`, its sums, and
@@ -23,8 +52,8 @@ struct Open {
     id: usize,
     start: usize,
     end: usize,
-    g: f64,
-    h: f64,
+    q: i64,
+    n: i64,
     parent_slot: usize,
 }
 
@@ -32,9 +61,12 @@ struct Open {
 #[derive(Debug, Default)]
 pub(super) struct Workspace {
     rows: Vec<u32>,
-    scratch: Vec<u32>,
-    hist: Vec<Gh>,
-    next_hist: Vec<Gh>,
+    /// The rows of the next level: each split node's range, partitioned.
+    next_rows: Vec<u32>,
+    /// This tree's gradients in fixed point.
+    q: Vec<i64>,
+    hist: Vec<Bin>,
+    next_hist: Vec<Bin>,
     open: Vec<Open>,
     next_open: Vec<Open>,
     /// Per open node and feature, the bins `[lo, hi)` (within the feature) that can hold
@@ -47,35 +79,79 @@ pub(super) struct Workspace {
     inv: Vec<f64>,
 }
 
+/// Writes `grad` as integers `q = grad * 2^k` (truncated), packed with a count of 1 each
+/// (`pack`), into `q`, and returns `2^-k`, the gradient a unit of `q` stands for. `k` is
+/// the largest that keeps the packed sum of any subset of rows within `i64` (|g| * rows
+/// <= 2^(62 - pack.bits)), so the sums lose nothing and the values keep about
+/// 62 - 2 log2(rows) significant bits (40 for 2 000 rows; XGBoost keeps 24, as `f32`). A
+/// non-finite gradient (none occurs: targets are finite) counts as 0.
+pub(super) fn quantize(grad: &[f64], pack: Pack, q: &mut Vec<Bin>) -> f64 {
+    let max = grad
+        .iter()
+        .filter(|g| g.is_finite())
+        .fold(0.0f64, |m, g| m.max(g.abs()));
+    let bound = max * grad.len() as f64;
+    // Tiny gradients stop at 2^400 so that gains (scaled by 2^-2k) stay normal numbers.
+    let k = if bound > 0.0 && bound.is_finite() {
+        (62 - pack.bits as i32 - bound.log2().ceil() as i32).min(400)
+    } else {
+        0
+    };
+    let scale = 2f64.powi(k);
+    q.clear();
+    q.extend(
+        grad.iter()
+            .map(|g| if g.is_finite() { (g * scale) as i64 } else { 0 })
+            .map(|q| (q << pack.bits) + 1),
+    );
+    2f64.powi(-k)
+}
+
+/// This tree's fixed point: the gradient a unit of `q` stands for, and the packing.
+#[derive(Debug, Clone, Copy)]
+struct Fixed {
+    unit: f64,
+    pack: Pack,
+}
+
 struct Split {
+    /// Loss reduction, in gradient units.
     gain: f64,
     feature: usize,
     /// First bin of the right child.
     bin: usize,
-    gl: f64,
-    hl: f64,
+    ql: i64,
+    nl: i64,
 }
 
-fn build_hist(hist: &mut [Gh], ranges: &[[u32; 2]], rows: &[u32], data: &Binned, grad: &[f64]) {
+fn build_hist(hist: &mut [Bin], ranges: &[[u32; 2]], rows: &[u32], data: &Binned, q: &[i64]) {
     // Only the bins the node's rows can fall in are read later (`ranges`): zeroing the
     // rest of a 1 000-bin histogram for a 30-row node was most of a deep node's cost.
     for (range, off) in ranges.iter().zip(&data.offset) {
         let [lo, hi] = *range;
         if let Some(bins) = hist.get_mut(off + lo as usize..off + hi as usize) {
-            bins.fill(Gh::default());
+            bins.fill(0);
         }
     }
     let nf = data.n_features;
     for &r in rows {
         let r = r as usize;
-        let g = grad[r];
-        let row_bins = &data.bins[r * nf..(r + 1) * nf];
-        for (b, off) in row_bins.iter().zip(&data.offset) {
-            let e = &mut hist[off + usize::from(*b)];
-            e.g += g;
-            e.n += 1;
+        let qr = q.get(r).copied().unwrap_or(0);
+        let Some(index) = data.hist_index.get(r * nf..(r + 1) * nf) else {
+            continue;
+        };
+        for &b in index {
+            if let Some(e) = hist.get_mut(b as usize) {
+                *e += qr;
+            }
         }
     }
+}
+
+/// `q` squared, as the gain computes it.
+fn sq(q: i64) -> f64 {
+    let v = q as f64;
+    v * v
 }
 
 /// The best split of a node from its histogram. Candidates sit between consecutive bins
@@ -83,33 +159,35 @@ fn build_hist(hist: &mut [Gh], ranges: &[[u32; 2]], rows: &[u32], data: &Binned,
 /// exact greedy search over these values. Narrows `ranges` (the node's, per feature) to
 /// the bins that hold its rows.
 ///
-/// The scan scores the split before every bin, empty or not, without a branch on
-/// emptiness (deep nodes leave most bins empty in no predictable pattern, and that branch
-/// mispredicted on half of them): an empty bin's split is the same row split as the next
-/// occupied bin's, so the winner moves on to that bin, and the tree is the one a scan of
-/// occupied bins alone picks, ties included (the first of equal gains wins). The only
-/// branches left in the scan change direction once per feature.
+/// Gains are compared as `ql^2/(nl+lambda) + qr^2/(nr+lambda)` in `q` units; the parent's
+/// score, the same for every candidate, is subtracted once from the winner. The scan
+/// scores the split before every bin, empty or not, without a branch on emptiness (deep
+/// nodes leave most bins empty in no predictable pattern): an empty bin's split is the
+/// same row split as the next occupied bin's, so the winner moves on to that bin, and the
+/// tree is the one a scan of occupied bins alone picks, ties included (the first of equal
+/// gains wins, in feature then bin order).
 fn best_split(
-    hist: &[Gh],
+    hist: &[Bin],
     node: &Open,
     ranges: &mut [[u32; 2]],
     data: &Binned,
     p: &GbtParams,
     inv: &[f64],
+    fixed: Fixed,
 ) -> Option<Split> {
+    let Fixed { unit, pack } = fixed;
     // Children need at least this many rows (unit hessians: the count is the weight); a
     // NaN minimum admits no split, as comparisons with it fail.
     let mcw = p.min_child_weight;
     if mcw.is_nan() {
         return None;
     }
-    let min_n = mcw.ceil().clamp(1.0, f64::from(u32::MAX)) as u32;
-    let n = node.h as u32;
+    let min_n = mcw.ceil().clamp(1.0, f64::from(u32::MAX)) as i64;
+    let n = node.n;
     // Counts index `inv`, which covers every row count of the fit; a node past it cannot
     // occur, and is not split. Both sides' counts are at most `n`, inside `inv`.
-    let inv = inv.get(..=n as usize)?;
-    let score = |g: f64, h: u32| g * g * inv.get(h as usize).copied().unwrap_or(0.0);
-    let parent = score(node.g, n);
+    let inv = inv.get(..=usize::try_from(n).ok()?)?;
+    let at = |h: i64| inv.get(h as usize).copied().unwrap_or(0.0);
     let mut best: Option<Split> = None;
     for (f, range) in ranges.iter_mut().enumerate() {
         let first = data.offset.get(f).copied().unwrap_or(0);
@@ -117,83 +195,99 @@ fn best_split(
         let bins = hist
             .get(first + lo as usize..first + hi as usize)
             .unwrap_or(&[]);
-        // Narrow to the occupied bins: the children's bins lie within.
-        let Some(skip) = bins.iter().position(|e| e.n > 0) else {
+        let Some(skip) = bins.iter().position(|e| pack.n(*e) > 0) else {
             *range = [lo, lo];
             continue;
         };
-        let last = bins.iter().rposition(|e| e.n > 0).unwrap_or(skip);
         let lo = lo + skip as u32;
-        *range = [lo, lo + (last - skip) as u32 + 1];
-        let bins = bins.get(skip..=last).unwrap_or(&[]);
-        let (mut gl, mut nl) = (0.0, 0u32);
-        // (gain, bin offset in `bins`, gl, nl) of the feature's best candidate.
-        let mut top = (f64::NEG_INFINITY, 0usize, 0.0, 0u32);
-        for (i, e) in bins.iter().enumerate() {
-            // Left counts only grow: the first bins are skipped until the left side is
-            // heavy enough, and the scan ends once the right side is too light.
-            if nl >= min_n {
-                let Some(nr) = n.checked_sub(nl).filter(|nr| *nr >= min_n) else {
-                    break;
-                };
-                let gain = score(gl, nl) + score(node.g - gl, nr) - parent;
-                if gain > top.0 {
-                    top = (gain, i, gl, nl);
-                }
-            }
-            gl += e.g;
-            nl += e.n;
+        let bins = bins.get(skip..).unwrap_or(&[]);
+        let len = bins.len();
+        let (mut left, mut i) = (0i64, 0usize);
+        // Left counts only grow: the first bins are summed until the left side is heavy
+        // enough, and scoring ends once the right side is too light.
+        while i < len && pack.n(left) < min_n {
+            left += bins[i];
+            i += 1;
         }
+        // (gain, bin offset in `bins`) of the feature's best candidate; its left sums are
+        // summed again for the node's winner only.
+        let mut top = (f64::NEG_INFINITY, 0usize);
+        while i < len {
+            let (ql, nl) = (pack.q(left), pack.n(left));
+            let nr = n - nl;
+            if nr < min_n {
+                break;
+            }
+            let gain = sq(ql) * at(nl) + sq(node.q - ql) * at(nr);
+            // Selects, not a branch: while gains still rise the branch mispredicted often.
+            let better = gain > top.0;
+            top.0 = if better { gain } else { top.0 };
+            top.1 = if better { i } else { top.1 };
+            left += bins[i];
+            i += 1;
+        }
+        // The node's last row is in the bin where the count reaches `n`: the children's
+        // bins lie within.
+        while i < len && pack.n(left) < n {
+            left += bins[i];
+            i += 1;
+        }
+        *range = [lo, lo + i as u32];
         if top.0 == f64::NEG_INFINITY || best.as_ref().is_some_and(|b| top.0 <= b.gain) {
             continue;
         }
         // The first occupied bin at or after the winner: it has rows to the right.
-        let Some(step) = bins.iter().skip(top.1).position(|e| e.n > 0) else {
+        let Some(step) = bins.iter().skip(top.1).position(|e| pack.n(*e) > 0) else {
             continue;
         };
         best = Some(Split {
             gain: top.0,
             feature: f,
             bin: lo as usize + top.1 + step,
-            gl: top.2,
-            hl: f64::from(top.3),
+            ql: 0,
+            nl: 0,
         });
     }
-    best
+    let mut best = best?;
+    // The winner's left side: every bin below its split bin (sums are exact).
+    let first = data.offset.get(best.feature).copied().unwrap_or(0);
+    let [lo, _] = ranges.get(best.feature).copied().unwrap_or([0, 0]);
+    let left: Bin = hist
+        .get(first + lo as usize..first + best.bin)
+        .unwrap_or(&[])
+        .iter()
+        .sum();
+    best.ql = pack.q(left);
+    best.nl = pack.n(left);
+    // Scaling by a power of two is exact: the sign and order of gains are those of the
+    // q-unit ones.
+    Some(Split {
+        gain: (best.gain - sq(node.q) * at(n)) * unit * unit,
+        ..best
+    })
 }
 
-/// Stable in-place partition of `seg`: rows whose `feature` bin is below `bin` first.
-/// Returns the number of those. Every row is written to both sides and only the cursor of
-/// its side moves: which side a row goes to is a coin flip to the branch predictor.
-fn partition(
-    seg: &mut [u32],
-    scratch: &mut Vec<u32>,
-    data: &Binned,
-    feature: usize,
-    bin: usize,
-) -> usize {
-    scratch.clear();
-    scratch.resize(seg.len(), 0);
-    let nf = data.n_features;
-    let (mut left, mut right) = (0, 0);
-    for i in 0..seg.len() {
-        let r = seg[i];
-        let b = data.bins.get(r as usize * nf + feature).copied();
-        let goes_left = b.is_some_and(|b| usize::from(b) < bin);
-        // left <= i: this overwrites a row already read.
-        seg[left] = r;
-        scratch[right] = r;
+/// Stable partition of `src` into `dst` (as long): first the `n_left` rows whose bin in
+/// `col` is below `bin`, then the others. The split's left count is known from the
+/// histogram (exact), so each row has its slot without a second pass, and the slot is
+/// picked by a select: which side a row goes to is a coin flip to the branch predictor.
+fn partition(src: &[u32], dst: &mut [u32], col: &[u16], bin: usize, n_left: usize) {
+    let (mut left, mut right) = (0, n_left);
+    for &r in src {
+        let goes_left = col.get(r as usize).is_some_and(|b| usize::from(*b) < bin);
+        let at = if goes_left { left } else { right };
+        if let Some(slot) = dst.get_mut(at) {
+            *slot = r;
+        }
         left += usize::from(goes_left);
         right += usize::from(!goes_left);
     }
-    seg[left..].copy_from_slice(&scratch[..right]);
-    left
 }
 
 impl Workspace {
-    fn hist_room(buf: &mut Vec<Gh>, len: usize) {
+    fn hist_room(buf: &mut Vec<Bin>, len: usize) {
         if buf.len() < len {
-            buf.resize(len, Gh::default());
+            buf.resize(len, 0);
         }
     }
 }
@@ -208,30 +302,42 @@ pub(super) fn grow(
 ) -> Tree {
     let n = data.n_rows;
     let tb = data.total_bins();
-    let mut t = Tree::default();
+    let nf = data.n_features;
+    let pack = Pack::for_rows(n);
+    let unit = quantize(grad, pack, &mut ws.q);
+    let mut t = Tree::with_capacity((2usize << p.max_depth.min(12)) - 1);
     ws.rows.clear();
     ws.rows.extend(0..n as u32);
-    let nf = data.n_features;
+    ws.next_rows.resize(n, 0);
     if ws.inv.len() != n + 1 {
         ws.inv = (0..=n).map(|h| 1.0 / (h as f64 + p.lambda)).collect();
     }
     ws.ranges.clear();
     ws.ranges
         .extend((0..nf).map(|f| [0, (data.offset[f + 1] - data.offset[f]) as u32]));
-    let g: f64 = grad.iter().sum();
-    t.push(i64::from(i32::MAX), g, n as f64, p.lambda);
+    let q = pack.q(ws.q.iter().sum());
+    t.push(i64::from(i32::MAX), q as f64 * unit, n as f64, p.lambda);
     ws.open.clear();
     ws.open.push(Open {
         id: 0,
         start: 0,
         end: n,
-        g,
-        h: n as f64,
+        q,
+        n: n as i64,
         parent_slot: 0,
     });
-    Workspace::hist_room(&mut ws.hist, tb);
-    build_hist(&mut ws.hist[..tb], &ws.ranges, &ws.rows, data, grad);
-    for depth in 0..p.max_depth {
+    // Zero gradients everywhere (a target the model already fits, such as a component
+    // that reads 0 W) give every split zero gain: the tree is its root.
+    let depth_limit = if ws.q.iter().any(|q| pack.q(*q) != 0) {
+        p.max_depth
+    } else {
+        0
+    };
+    if depth_limit > 0 {
+        Workspace::hist_room(&mut ws.hist, tb);
+        build_hist(&mut ws.hist[..tb], &ws.ranges, &ws.rows, data, &ws.q);
+    }
+    for depth in 0..depth_limit {
         if ws.open.is_empty() {
             break;
         }
@@ -240,9 +346,10 @@ pub(super) fn grow(
         for (slot, node) in ws.open.iter().enumerate() {
             let hist = &ws.hist[slot * tb..(slot + 1) * tb];
             let ranges = &mut ws.ranges[slot * nf..(slot + 1) * nf];
-            let found = best_split(hist, node, ranges, data, p, &ws.inv);
+            let fixed = Fixed { unit, pack };
+            let found = best_split(hist, node, ranges, data, p, &ws.inv, fixed);
             let Some(s) = found.filter(|s| s.gain > 1e-6) else {
-                leaf(&mut t, node, &ws.rows, p, pred);
+                leaf(&mut t, node, &ws.rows, p, unit, pred);
                 continue;
             };
             let (l, r) = (t.len(), t.len() + 1);
@@ -251,21 +358,41 @@ pub(super) fn grow(
             t.feature[node.id] = s.feature;
             t.cond[node.id] = data.lower[s.feature][s.bin];
             t.loss_change[node.id] = s.gain as f32;
-            let (gr, hr) = (node.g - s.gl, node.h - s.hl);
-            t.push(node.id as i64, s.gl, s.hl, p.lambda);
-            t.push(node.id as i64, gr, hr, p.lambda);
-            let seg = &mut ws.rows[node.start..node.end];
-            let mid = node.start + partition(seg, &mut ws.scratch, data, s.feature, s.bin);
-            let child = |id, start, end, g, h| Open {
+            let (qr, nr) = (node.q - s.ql, node.n - s.nl);
+            t.push(node.id as i64, s.ql as f64 * unit, s.nl as f64, p.lambda);
+            t.push(node.id as i64, qr as f64 * unit, nr as f64, p.lambda);
+            let seg = &ws.rows[node.start..node.end];
+            let col = &data.cols[s.feature];
+            if depth + 1 == depth_limit {
+                // Both children are leaves: their rows' predictions move without a partition.
+                let w = [weight(s.ql, s.nl, p, unit), weight(qr, nr, p, unit)];
+                for (id, w) in [l, r].into_iter().zip(w) {
+                    t.cond[id] = w;
+                    t.base_weight[id] = w;
+                }
+                let w = w.map(f64::from);
+                for &r in seg.iter() {
+                    let goes_left = col.get(r as usize).is_some_and(|b| usize::from(*b) < s.bin);
+                    if let Some(v) = pred.get_mut(r as usize) {
+                        *v += w[usize::from(!goes_left)];
+                    }
+                }
+                continue;
+            }
+            let nl = usize::try_from(s.nl).unwrap_or(0);
+            let next = &mut ws.next_rows[node.start..node.end];
+            partition(seg, next, col, s.bin, nl);
+            let mid = node.start + nl;
+            let child = |id, start, end, q, n| Open {
                 id,
                 start,
                 end,
-                g,
-                h,
+                q,
+                n,
                 parent_slot: slot,
             };
-            ws.next_open.push(child(l, node.start, mid, s.gl, s.hl));
-            ws.next_open.push(child(r, mid, node.end, gr, hr));
+            ws.next_open.push(child(l, node.start, mid, s.ql, s.nl));
+            ws.next_open.push(child(r, mid, node.end, qr, nr));
             let ranges = &ws.ranges[slot * nf..(slot + 1) * nf];
             let cut = s.bin as u32;
             let at = ws.next_ranges.len() + s.feature;
@@ -275,7 +402,7 @@ pub(super) fn grow(
             ws.next_ranges[at + nf][0] = cut;
         }
         // Children at the depth limit become leaves and need no histogram.
-        if depth + 1 < p.max_depth {
+        if depth + 1 < depth_limit {
             Workspace::hist_room(&mut ws.next_hist, ws.next_open.len() * tb);
             for (k, pair) in ws.next_open.chunks_exact(2).enumerate() {
                 let (a, b) = (&pair[0], &pair[1]);
@@ -288,9 +415,9 @@ pub(super) fn grow(
                 build_hist(
                     &mut ws.next_hist[small * tb..(small + 1) * tb],
                     &ws.next_ranges[small * nf..(small + 1) * nf],
-                    &ws.rows[s.start..s.end],
+                    &ws.next_rows[s.start..s.end],
                     data,
-                    grad,
+                    &ws.q,
                 );
                 let parent = &ws.hist[a.parent_slot * tb..(a.parent_slot + 1) * tb];
                 let (lo, hi) = ws.next_hist.split_at_mut(small.max(large) * tb);
@@ -311,29 +438,36 @@ pub(super) fn grow(
                         continue;
                     }
                     for ((o, s), p) in o.iter_mut().zip(s).zip(p) {
-                        o.g = p.g - s.g;
-                        o.n = p.n.wrapping_sub(s.n);
+                        *o = p - s;
                     }
                 }
             }
         }
+        std::mem::swap(&mut ws.rows, &mut ws.next_rows);
         std::mem::swap(&mut ws.open, &mut ws.next_open);
         std::mem::swap(&mut ws.hist, &mut ws.next_hist);
         std::mem::swap(&mut ws.ranges, &mut ws.next_ranges);
     }
     for node in &ws.open {
-        leaf(&mut t, node, &ws.rows, p, pred);
+        leaf(&mut t, node, &ws.rows, p, unit, pred);
     }
     t
 }
 
 /// Makes `node` a leaf: its shrunken weight is its `split_conditions` value, and its rows'
 /// predictions move by it as the `f32` model will predict.
-fn leaf(t: &mut Tree, node: &Open, rows: &[u32], p: &GbtParams, pred: &mut [f64]) {
-    let w = (-node.g / (node.h + p.lambda) * p.learning_rate) as f32;
+fn leaf(t: &mut Tree, node: &Open, rows: &[u32], p: &GbtParams, unit: f64, pred: &mut [f64]) {
+    let w = weight(node.q, node.n, p, unit);
     t.cond[node.id] = w;
     t.base_weight[node.id] = w;
-    for &r in &rows[node.start..node.end] {
-        pred[r as usize] += f64::from(w);
+    for &r in rows.get(node.start..node.end).unwrap_or(&[]) {
+        if let Some(v) = pred.get_mut(r as usize) {
+            *v += f64::from(w);
+        }
     }
+}
+
+/// The shrunken weight of a leaf with gradient sum `q * unit` over `n` rows.
+fn weight(q: i64, n: i64, p: &GbtParams, unit: f64) -> f32 {
+    (-(q as f64 * unit) / (n as f64 + p.lambda) * p.learning_rate) as f32
 }
