@@ -25,6 +25,8 @@ mod abi;
 mod caps;
 mod cgroups;
 mod loader;
+mod map_batch;
+mod map_read;
 mod perf;
 mod proc;
 mod reconcile;

@@ -78,13 +78,14 @@ impl Measured {
     }
 }
 
-/// What the maps held at this snapshot.
+/// What the maps held at this snapshot. Kept by the source from one snapshot to the next so
+/// that the tables keep their allocations.
 #[derive(Clone, Debug, Default)]
 pub(crate) struct Observed {
     /// The process map, by tgid.
     pub live: HashMap<u32, TaskTotals>,
     /// The stretch each running group has been on its CPU so far, by (tgid, start_ns), read
-    /// after the map.
+    /// after the map. A step takes these out.
     pub running: HashMap<(u32, u64), u64>,
 }
 
@@ -164,6 +165,13 @@ pub(crate) struct Reconciler {
     gc_cursor: u32,
     /// Snapshots merged so far (failed ones are not: they saw nothing).
     steps: u64,
+    /// Scratch space of a step, kept allocated: the exited groups it reports (`pending`
+    /// swapped in), the live tasks with their running stretches, and the idle tgids the
+    /// collection of gone processes picks from. Each grows with the process count; made
+    /// afresh every snapshot they were blocks above glibc's mmap threshold, faulted in anew.
+    exited: Exits,
+    tasks: Vec<(u32, TaskTotals, u64)>,
+    idle: Vec<u32>,
 }
 
 impl Reconciler {
@@ -176,6 +184,9 @@ impl Reconciler {
             pending_lost: 0,
             gc_cursor: 0,
             steps: 0,
+            exited: HashMap::new(),
+            tasks: Vec::new(),
+            idle: Vec::new(),
         }
     }
 
@@ -216,11 +227,13 @@ impl Reconciler {
 
     /// Merges one snapshot: the exits queued since the last step, entries of gone processes
     /// collected now, and the live entries with their running stretches.
-    pub(crate) fn step(&mut self, host: &mut impl Host, observed: Observed) -> Step {
+    pub(crate) fn step(&mut self, host: &mut impl Host, observed: &mut Observed) -> Step {
         self.steps += 1;
-        let Observed { live, mut running } = observed;
-        let mut exited = std::mem::take(&mut self.pending);
-        let gone = self.collect_gone(host, &live);
+        let Observed { live, running } = observed;
+        let mut exited = std::mem::take(&mut self.exited);
+        exited.clear();
+        std::mem::swap(&mut exited, &mut self.pending);
+        let gone = self.collect_gone(host, live);
         let gc_removed = gone.len() as u64;
         for (key, t) in gone {
             // Added, not replaced: an earlier piece of the same group may be in the ring.
@@ -229,11 +242,13 @@ impl Reconciler {
 
         // A running task without an entry yet (on its CPU since before the first switch the
         // program saw) is reported with its running stretch alone.
-        let mut tasks: Vec<(u32, TaskTotals, u64)> = live
-            .iter()
-            .map(|(tgid, t)| (*tgid, *t, running.remove(&(*tgid, t.start_ns)).unwrap_or(0)))
-            .collect();
-        tasks.extend(running.into_iter().map(|((tgid, start_ns), ns)| {
+        let mut tasks = std::mem::take(&mut self.tasks);
+        tasks.clear();
+        tasks.extend(
+            live.iter()
+                .map(|(tgid, t)| (*tgid, *t, running.remove(&(*tgid, t.start_ns)).unwrap_or(0))),
+        );
+        tasks.extend(running.drain().map(|((tgid, start_ns), ns)| {
             let t = TaskTotals {
                 start_ns,
                 ..Default::default()
@@ -251,9 +266,11 @@ impl Reconciler {
             }
             processes.push(self.live_usage(host, key, t, *running_ns));
         }
-        for (key, (piece, exit)) in exited {
+        self.tasks = tasks;
+        for (key, (piece, exit)) in exited.drain() {
             processes.push(self.exited_usage(host, key, piece, &exit));
         }
+        self.exited = exited;
 
         self.ended.retain(|_, e| {
             e.ttl -= 1;

@@ -17,7 +17,7 @@ pub(super) const GC_BATCH: usize = 256;
 
 /// Up to `n` of `ids`, in order after `cursor` and wrapping around, so that successive calls
 /// cover every id in turn even as the set changes; `cursor` moves to the last one taken.
-pub(super) fn round_robin(mut ids: Vec<u32>, cursor: &mut u32, n: usize) -> Vec<u32> {
+pub(super) fn round_robin(ids: &mut [u32], cursor: &mut u32, n: usize) -> Vec<u32> {
     ids.sort_unstable();
     let split = ids.partition_point(|&id| id <= *cursor);
     let (before, after) = ids.split_at(split);
@@ -38,7 +38,8 @@ impl Reconciler {
         live: &HashMap<u32, TaskTotals>,
     ) -> Vec<(ProcessKey, TaskTotals)> {
         let mut gone = Vec::new();
-        let mut idle = Vec::new();
+        let mut idle = std::mem::take(&mut self.idle);
+        idle.clear();
         for (tgid, t) in live {
             if t.flags & TaskTotals::EXITED != 0 {
                 gone.extend(take(host, *tgid, t));
@@ -51,7 +52,9 @@ impl Reconciler {
             }
         }
         let budget = idle.len().div_ceil(GC_EVERY).min(GC_BATCH);
-        for tgid in round_robin(idle, &mut self.gc_cursor, budget) {
+        let picked = round_robin(&mut idle, &mut self.gc_cursor, budget);
+        self.idle = idle;
+        for tgid in picked {
             let Some(t) = live.get(&tgid) else {
                 continue;
             };
