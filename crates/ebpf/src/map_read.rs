@@ -3,6 +3,7 @@
 //! entries would otherwise cost blocks above glibc's mmap threshold, mapped afresh per tick).
 
 use std::collections::HashMap;
+use std::hash::BuildHasher;
 
 use aya::maps::{HashMap as BpfHashMap, Map, MapData};
 
@@ -113,10 +114,10 @@ impl TaskReader {
     }
 
     /// Fills `out` (cleared first, its capacity kept) with the map's entries by tgid.
-    pub(crate) fn read(
+    pub(crate) fn read<S: BuildHasher>(
         &mut self,
         map: &impl TaskMap,
-        out: &mut HashMap<u32, TaskTotals>,
+        out: &mut HashMap<u32, TaskTotals, S>,
     ) -> ReadReport {
         out.clear();
         if self.batch_ok {
@@ -159,10 +160,10 @@ impl TaskReader {
         self.keys.len()
     }
 
-    fn read_batched(
+    fn read_batched<S: BuildHasher>(
         &mut self,
         map: &impl TaskMap,
-        out: &mut HashMap<u32, TaskTotals>,
+        out: &mut HashMap<u32, TaskTotals, S>,
     ) -> Result<(), BatchError> {
         if self.keys.is_empty() {
             self.grow(self.first_batch);

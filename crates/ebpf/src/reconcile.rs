@@ -8,6 +8,7 @@ mod gc;
 
 use std::collections::hash_map::Entry;
 use std::collections::HashMap;
+use std::hash::BuildHasherDefault;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -21,6 +22,10 @@ const ENDED_TTL: u32 = 3;
 /// Exited groups held while snapshots fail (one drain of a 256 KiB ring is at most ~1.9k):
 /// beyond this, new ones are dropped and counted rather than held without bound.
 const MAX_PENDING: usize = 1 << 16;
+
+/// The maps keyed by pid or process key: looked up thousands of times per snapshot with keys
+/// the kernel assigns, where SipHash's resistance to chosen keys buys nothing.
+pub(crate) type FastMap<K, V> = HashMap<K, V, BuildHasherDefault<rustc_hash::FxHasher>>;
 
 /// How a (tgid, start time in ns) pair read from BPF becomes the key procfs would give the
 /// same process: the start time floored to a clock tick.
@@ -83,10 +88,10 @@ impl Measured {
 #[derive(Clone, Debug, Default)]
 pub(crate) struct Observed {
     /// The process map, by tgid.
-    pub live: HashMap<u32, TaskTotals>,
+    pub live: FastMap<u32, TaskTotals>,
     /// The stretch each running group has been on its CPU so far, by (tgid, start_ns), read
     /// after the map. A step takes these out.
-    pub running: HashMap<(u32, u64), u64>,
+    pub running: FastMap<(u32, u64), u64>,
 }
 
 /// The result of one snapshot's merge.
@@ -134,7 +139,7 @@ struct Ended {
 }
 
 /// Exited groups by key: their totals (pieces merged) and what the exit records add.
-type Exits = HashMap<ProcessKey, (TaskTotals, ExitInfo)>;
+type Exits = FastMap<ProcessKey, (TaskTotals, ExitInfo)>;
 
 /// Adds one piece of a group's totals to what `exits` holds for it (a group can be handed over
 /// in pieces when its threads exit on several CPUs at once).
@@ -155,8 +160,8 @@ fn merge_exit(exits: &mut Exits, key: ProcessKey, totals: TaskTotals, info: Exit
 /// The state carried from one snapshot to the next.
 pub(crate) struct Reconciler {
     measured: Measured,
-    known: HashMap<ProcessKey, Known>,
-    ended: HashMap<ProcessKey, Ended>,
+    known: FastMap<ProcessKey, Known>,
+    ended: FastMap<ProcessKey, Ended>,
     /// Exit records drained but not reported yet: they stay here until a snapshot succeeds.
     pending: Exits,
     /// Exited groups dropped because `pending` was full, since the start.
@@ -178,13 +183,13 @@ impl Reconciler {
     pub(crate) fn new(measured: Measured) -> Self {
         Reconciler {
             measured,
-            known: HashMap::new(),
-            ended: HashMap::new(),
-            pending: HashMap::new(),
+            known: FastMap::default(),
+            ended: FastMap::default(),
+            pending: FastMap::default(),
             pending_lost: 0,
             gc_cursor: 0,
             steps: 0,
-            exited: HashMap::new(),
+            exited: FastMap::default(),
             tasks: Vec::new(),
             idle: Vec::new(),
         }

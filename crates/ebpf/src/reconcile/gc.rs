@@ -1,11 +1,9 @@
 //! Collection of entries left in the process map by processes gone without an exit record (a
 //! race the kernel side cannot close), so the map cannot fill with them.
 
-use std::collections::HashMap;
-
 use kepler_core::ProcessKey;
 
-use super::{Host, Reconciler};
+use super::{FastMap, Host, Reconciler};
 use crate::abi::TaskTotals;
 
 /// Each live entry that did not move since the previous snapshot is checked against /proc
@@ -35,7 +33,7 @@ impl Reconciler {
     pub(super) fn collect_gone(
         &mut self,
         host: &mut impl Host,
-        live: &HashMap<u32, TaskTotals>,
+        live: &FastMap<u32, TaskTotals>,
     ) -> Vec<(ProcessKey, TaskTotals)> {
         let mut gone = Vec::new();
         let mut idle = std::mem::take(&mut self.idle);

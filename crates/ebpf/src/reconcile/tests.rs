@@ -108,7 +108,7 @@ fn record(tgid: u32, start_ns: u64, cpu_ns: u64, comm: &str) -> ExitRecord {
 fn live(entries: &[(u32, TaskTotals)]) -> Observed {
     Observed {
         live: entries.iter().copied().collect(),
-        running: HashMap::new(),
+        running: Default::default(),
     }
 }
 
@@ -542,7 +542,7 @@ fn exit_pieces_add_up() {
         comm: "worker".into(),
         cpu_cgroup_id: 3,
     };
-    let mut exits = Exits::new();
+    let mut exits = Exits::default();
     merge_exit(&mut exits, key, piece(10), ExitInfo::default());
     merge_exit(&mut exits, key, piece(5), named.clone());
     merge_exit(&mut exits, key, piece(1), ExitInfo::default());
