@@ -415,11 +415,12 @@ mod tests {
             cgroup_id: 1,
             ..Default::default()
         };
-        let mut tasks = tasks(&mut src);
-        for i in 0..N {
-            tasks.insert(u32::MAX - i, fake(i), 0).unwrap();
+        {
+            let mut tasks = tasks(&mut src);
+            for i in 0..N {
+                tasks.insert(u32::MAX - i, fake(i), 0).unwrap();
+            }
         }
-        drop(tasks);
         let map = LoadedTasks::new(src.ebpf.map(names::TASKS).unwrap());
         // One entry per batch at first: the kernel refuses any bucket of two or more
         // (ENOSPC), so the buffers must grow for the read to finish.
