@@ -1,6 +1,7 @@
-//! `BPF_MAP_LOOKUP_BATCH` on a hash map, through the raw bpf(2) syscall: aya 0.14 has no batch
-//! API, and reading a map of N entries with get-next-key and lookup costs 2N syscalls, where a
-//! batch of B entries costs one per B (N/B + 1 in all).
+//! `BPF_MAP_LOOKUP_BATCH` and `BPF_MAP_DELETE_BATCH` on a hash map, through the raw bpf(2)
+//! syscall: aya 0.14 has no batch API, and reading a map of N entries with get-next-key and
+//! lookup costs 2N syscalls, where a batch of B entries costs one per B (N/B + 1 in all);
+//! deleting K entries costs one call instead of K.
 
 use std::io;
 use std::marker::PhantomData;
@@ -10,8 +11,10 @@ use std::os::fd::{AsFd, AsRawFd, BorrowedFd};
 use aya::maps::{MapData, MapError, MapType};
 use aya::Pod;
 
-/// `BPF_MAP_LOOKUP_BATCH` in `enum bpf_cmd` (uapi/linux/bpf.h), kernel 5.6 and later.
+/// `BPF_MAP_LOOKUP_BATCH` and `BPF_MAP_DELETE_BATCH` in `enum bpf_cmd` (uapi/linux/bpf.h),
+/// kernel 5.6 and later.
 const BPF_MAP_LOOKUP_BATCH: libc::c_long = 24;
+const BPF_MAP_DELETE_BATCH: libc::c_long = 27;
 /// The kernel's internal "operation not supported" (not in libc): what bpf(2) answers for a
 /// map type without batch operations.
 const ENOTSUPP: i32 = 524;
@@ -53,7 +56,10 @@ pub(crate) enum BatchError {
     /// One bucket of the map holds more entries than the buffers: retry with larger ones.
     #[error("a batch buffer is smaller than one bucket of the map")]
     NoSpace,
-    #[error("batch lookup: {0}")]
+    /// A key to delete has no entry (someone else deleted it first).
+    #[error("no entry for a key to delete")]
+    NotFound,
+    #[error("batch operation: {0}")]
     Syscall(io::Error),
     #[error("reading the map's layout: {0}")]
     Info(#[from] MapError),
@@ -145,5 +151,41 @@ impl<'a, K: Pod, V: Pod> BatchMap<'a, K, V> {
             Some(libc::EINVAL | libc::EOPNOTSUPP | ENOTSUPP) => Err(BatchError::Unsupported(err)),
             _ => Err(BatchError::Syscall(err)),
         }
+    }
+
+    /// Deletes the entries of `keys` in order, up to the first that cannot be deleted: returns
+    /// how many were, and why the next one was not (`NotFound`: it had no entry).
+    pub(crate) fn delete(&self, keys: &[K]) -> (usize, Option<BatchError>) {
+        let count = u32::try_from(keys.len()).unwrap_or(u32::MAX);
+        let mut attr = BatchAttr {
+            keys: keys.as_ptr() as u64,
+            count,
+            map_fd: u32::try_from(self.fd.as_raw_fd()).unwrap_or(u32::MAX),
+            ..Default::default()
+        };
+        // SAFETY: `attr` is a valid `bpf_attr` prefix of the size passed. The kernel reads
+        // `count` keys of the map's key size, which `new` checked is that of `K`, from `keys`,
+        // which holds at least `count`; it writes only `count` back into `attr`.
+        let rc = unsafe {
+            libc::syscall(
+                libc::SYS_bpf,
+                BPF_MAP_DELETE_BATCH,
+                std::ptr::from_mut(&mut attr),
+                size_of::<BatchAttr>() as u32,
+            )
+        };
+        let done = usize::try_from(attr.count).unwrap_or(0).min(keys.len());
+        if rc == 0 {
+            return (done, None);
+        }
+        let err = io::Error::last_os_error();
+        let why = match err.raw_os_error() {
+            Some(libc::ENOENT) => BatchError::NotFound,
+            Some(libc::EINVAL | libc::EOPNOTSUPP | ENOTSUPP) if done == 0 => {
+                BatchError::Unsupported(err)
+            }
+            _ => BatchError::Syscall(err),
+        };
+        (done, Some(why))
     }
 }

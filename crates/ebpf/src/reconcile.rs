@@ -41,6 +41,11 @@ pub(crate) trait Host: Keys {
     fn entry(&mut self, tgid: u32) -> Option<TaskTotals>;
     /// Deletes `tgid`'s entry from the process map; true when this delete removed it.
     fn delete(&mut self, tgid: u32) -> bool;
+    /// Deletes the entries of `tgids` and pushes those this call removed onto `removed` (the
+    /// others were gone already). One batch where the kernel allows it.
+    fn delete_each(&mut self, tgids: &[u32], removed: &mut Vec<u32>) {
+        removed.extend(tgids.iter().copied().filter(|&tgid| self.delete(tgid)));
+    }
     /// Describes a process (from /proc while it lives, else from `totals` and what its exit
     /// record adds), its workload classified and its cgroup id set from `totals`.
     fn describe(
@@ -177,6 +182,9 @@ pub(crate) struct Reconciler {
     exited: Exits,
     tasks: Vec<(u32, TaskTotals, u64)>,
     idle: Vec<u32>,
+    /// Entries the kernel marked exited, and those of them this snapshot removed.
+    marked: Vec<u32>,
+    removed: Vec<u32>,
 }
 
 impl Reconciler {
@@ -192,6 +200,8 @@ impl Reconciler {
             exited: FastMap::default(),
             tasks: Vec::new(),
             idle: Vec::new(),
+            marked: Vec::new(),
+            removed: Vec::new(),
         }
     }
 

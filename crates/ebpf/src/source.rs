@@ -7,7 +7,7 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
-use aya::maps::{Array, HashMap as BpfHashMap, MapData, PerCpuArray, RingBuf};
+use aya::maps::{Array, HashMap as BpfHashMap, Map, MapData, PerCpuArray, RingBuf};
 use aya::Ebpf;
 use kepler_core::{
     Classifier, Feature, ProcessInfo, ProcessKey, ReadError, Unavailable, UsageSnapshot,
@@ -18,6 +18,7 @@ use kepler_sources::ProcfsReader;
 use crate::abi::{kstat, names, CpuState, ExitRecord, TaskTotals};
 use crate::cgroups::{cgroup2_mount, cgroup_v1_mount, CgroupResolver};
 use crate::loader::{self, Probes};
+use crate::map_batch::{BatchError, BatchMap};
 use crate::map_read::{LoadedTasks, TaskReader};
 use crate::reconcile::{ExitInfo, Host, Keys, Measured, Observed, Reconciler};
 use crate::{proc, EbpfSettings, EbpfStats};
@@ -58,8 +59,8 @@ struct Io<'a> {
     classifier: &'a dyn Classifier,
     cgroups: &'a mut CgroupResolver,
     cpu_cgroups: &'a mut CgroupResolver,
-    /// `None` if the map cannot be opened for writing: then nothing is collected.
-    tasks: Option<BpfHashMap<&'a mut MapData, u32, TaskTotals>>,
+    /// `None` if the map is missing: then nothing is collected.
+    tasks: Option<&'a mut Map>,
 }
 
 impl Keys for Io<'_> {
@@ -74,11 +75,38 @@ impl Host for Io<'_> {
     }
 
     fn entry(&mut self, tgid: u32) -> Option<TaskTotals> {
-        self.tasks.as_ref()?.get(&tgid, 0).ok()
+        let tasks = BpfHashMap::<_, u32, TaskTotals>::try_from(&**self.tasks.as_ref()?).ok()?;
+        tasks.get(&tgid, 0).ok()
     }
 
     fn delete(&mut self, tgid: u32) -> bool {
-        self.tasks.as_mut().is_some_and(|t| t.remove(&tgid).is_ok())
+        let Some(map) = self.tasks.as_deref_mut() else {
+            return false;
+        };
+        BpfHashMap::<_, u32, TaskTotals>::try_from(map).is_ok_and(|mut t| t.remove(&tgid).is_ok())
+    }
+
+    fn delete_each(&mut self, tgids: &[u32], removed: &mut Vec<u32>) {
+        let mut rest = tgids;
+        if let Some(Map::HashMap(data)) = self.tasks.as_deref() {
+            if let Ok(batch) = BatchMap::<u32, TaskTotals>::new(data) {
+                while !rest.is_empty() {
+                    let (done, why) = batch.delete(rest);
+                    removed.extend(rest.iter().take(done));
+                    rest = rest.get(done..).unwrap_or_default();
+                    match why {
+                        None => return,
+                        // Handed to the exits ring since the map was read: not ours.
+                        Some(BatchError::NotFound) => rest = rest.get(1..).unwrap_or_default(),
+                        Some(e) => {
+                            tracing::debug!(error = %e, "deleting entries one by one");
+                            break;
+                        }
+                    }
+                }
+            }
+        }
+        removed.extend(rest.iter().copied().filter(|&tgid| self.delete(tgid)));
     }
 
     /// From /proc when the process is still there and is the same process (same start time),
@@ -313,10 +341,7 @@ impl UsageSource for EbpfSource {
         self.stats
             .tracked_processes
             .store(self.observed.live.len() as u64, Ordering::Relaxed);
-        let tasks = self
-            .ebpf
-            .map_mut(names::TASKS)
-            .and_then(|m| BpfHashMap::try_from(m).ok());
+        let tasks = self.ebpf.map_mut(names::TASKS);
         let mut io = Io {
             procfs: &mut self.procfs,
             classifier: &*self.classifier,
@@ -421,6 +446,7 @@ mod tests {
                 tasks.insert(u32::MAX - i, fake(i), 0).unwrap();
             }
         }
+        std::thread::sleep(Duration::from_millis(20));
         let map = LoadedTasks::new(src.ebpf.map(names::TASKS).unwrap());
         // One entry per batch at first: the kernel refuses any bucket of two or more
         // (ENOSPC), so the buffers must grow for the read to finish.
@@ -447,7 +473,8 @@ mod tests {
         let expected: Vec<_> = (0..N).rev().map(|i| (u32::MAX - i, fake(i))).collect();
         assert_eq!(mine(&batched), expected);
         assert_eq!(mine(&one_by_one), expected);
-        // The agent's own process has run in between, so both reads hold real entries too.
+        // This process has left its CPU since the programs were loaded (the sleep makes
+        // sure), so both reads hold a real entry too.
         let me = std::process::id();
         assert!(batched.contains_key(&me) && one_by_one.contains_key(&me));
         // And the default reader, as snapshots use it.
@@ -456,6 +483,90 @@ mod tests {
         assert!(reader.read(&map, &mut again).batched);
         assert!(reader.batching());
         assert_eq!(mine(&again), expected);
+    }
+
+    #[test]
+    fn batch_delete_removes_what_it_finds_and_skips_what_it_does_not() {
+        let test = "batch_delete_removes_what_it_finds_and_skips_what_it_does_not";
+        if crate::test_support::skip_unless_root(test) {
+            return;
+        }
+        let mut src = bare_source();
+        // tgids above pid_max: entries the kernel never touches. Every seventh is not in the
+        // map, as when the kernel handed an entry over since the map was read.
+        let tgids: Vec<u32> = (0..3_000).map(|i| u32::MAX - i).collect();
+        let present: Vec<u32> = tgids.iter().copied().filter(|t| t % 7 != 0).collect();
+        {
+            let mut tasks = tasks(&mut src);
+            for &tgid in &present {
+                tasks.insert(tgid, TaskTotals::default(), 0).unwrap();
+            }
+        }
+        // The kernel's own answer: it stops at the first key it cannot delete.
+        let Some(Map::HashMap(data)) = src.ebpf.map(names::TASKS) else {
+            panic!("tasks is a hash map");
+        };
+        let batch = BatchMap::<u32, TaskTotals>::new(data).unwrap();
+        let absent = *tgids.iter().find(|t| *t % 7 == 0).unwrap();
+        let (done, why) = batch.delete(&[present[0], absent, present[1]]);
+        assert_eq!(done, 1, "{why:?}");
+        assert!(matches!(why, Some(BatchError::NotFound)), "{why:?}");
+
+        let mut io = Io {
+            procfs: &mut src.procfs,
+            classifier: &*src.classifier,
+            cgroups: &mut src.cgroups,
+            cpu_cgroups: &mut src.cpu_cgroups,
+            tasks: src.ebpf.map_mut(names::TASKS),
+        };
+        let mut removed = Vec::new();
+        io.delete_each(&tgids, &mut removed);
+        let expected: Vec<u32> = present.iter().copied().skip(1).collect();
+        assert_eq!(removed, expected);
+        let tasks = tasks(&mut src);
+        assert!(tgids.iter().all(|t| tasks.get(t, 0).is_err()), "all gone");
+    }
+
+    #[test]
+    fn entries_marked_exited_are_collected_together() {
+        let test = "entries_marked_exited_are_collected_together";
+        if crate::test_support::skip_unless_root(test) {
+            return;
+        }
+        let mut src = bare_source();
+        src.snapshot().unwrap();
+        // As the kernel leaves them when the exit ring is full.
+        const N: u32 = 500;
+        let marked = |i: u32| TaskTotals {
+            start_ns: 1_000_000_000,
+            cpu_ns: 1_000_000 * u64::from(i + 1),
+            flags: TaskTotals::EXITED,
+            ..Default::default()
+        };
+        {
+            let mut tasks = tasks(&mut src);
+            for i in 0..N {
+                tasks.insert(u32::MAX - i, marked(i), 0).unwrap();
+            }
+        }
+        let snap = src.snapshot().unwrap();
+        let mut got: Vec<(u32, u64, bool)> = snap
+            .processes
+            .iter()
+            .filter(|p| p.key.pid > u32::MAX - N)
+            .map(|p| (p.key.pid, p.cpu_time.as_nanos() as u64, p.exited))
+            .collect();
+        got.sort_unstable();
+        let expected: Vec<_> = (0..N)
+            .rev()
+            .map(|i| (u32::MAX - i, marked(i).cpu_ns, true))
+            .collect();
+        assert_eq!(got, expected);
+        assert_eq!(src.stats.gc_removed.load(Ordering::Relaxed), u64::from(N));
+        let tasks = tasks(&mut src);
+        assert!((0..N).all(|i| tasks.get(&(u32::MAX - i), 0).is_err()));
+        let snap = src.snapshot().unwrap();
+        assert!(snap.processes.iter().all(|p| p.key.pid <= u32::MAX - N));
     }
 
     #[test]

@@ -38,9 +38,11 @@ impl Reconciler {
         let mut gone = Vec::new();
         let mut idle = std::mem::take(&mut self.idle);
         idle.clear();
+        let mut marked = std::mem::take(&mut self.marked);
+        marked.clear();
         for (tgid, t) in live {
             if t.flags & TaskTotals::EXITED != 0 {
-                gone.extend(take(host, *tgid, t));
+                marked.push(*tgid);
             } else if self
                 .known
                 .get(&host.key(*tgid, t.start_ns))
@@ -49,6 +51,23 @@ impl Reconciler {
                 idle.push(*tgid);
             }
         }
+        // Under heavy churn thousands of entries a snapshot, so deleted together rather than
+        // re-read and deleted one by one as below. The delete still decides who owns each
+        // entry (one the kernel handed over since the read fails to delete, and its ring
+        // record reports it); what the group's threads may still add between this snapshot's
+        // read and the delete, within microseconds of the exit, is not re-read.
+        let mut removed = std::mem::take(&mut self.removed);
+        removed.clear();
+        if !marked.is_empty() {
+            host.delete_each(&marked, &mut removed);
+        }
+        for tgid in &removed {
+            if let Some(t) = live.get(tgid) {
+                gone.push((host.key(*tgid, t.start_ns), *t));
+            }
+        }
+        self.marked = marked;
+        self.removed = removed;
         let budget = idle.len().div_ceil(GC_EVERY).min(GC_BATCH);
         let picked = round_robin(&mut idle, &mut self.gc_cursor, budget);
         self.idle = idle;

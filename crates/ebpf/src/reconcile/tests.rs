@@ -594,7 +594,7 @@ fn counters_are_reported_only_for_the_loaded_probes() {
 fn an_entry_marked_exited_is_collected_at_the_next_snapshot() {
     // The kernel found the exit ring full: the group's entry stays in the map, marked. It is
     // collected at once (not after an idle round, and without asking /proc), reported exited
-    // with the totals re-read just before the delete, and only once.
+    // with the totals read in this snapshot, and only once.
     let mut rec = reconciler();
     let mut host = Fake::default();
     let marked = TaskTotals {
@@ -618,7 +618,7 @@ fn an_entry_marked_exited_is_collected_at_the_next_snapshot() {
     assert_eq!(host.deletes, [7]);
     assert_eq!(step.gc_removed, 1);
     // Never described while alive, so described from what BPF kept (no exit record).
-    assert_eq!(reports(&step, key(7, SEC)), [(520, true, String::new())]);
+    assert_eq!(reports(&step, key(7, SEC)), [(500, true, String::new())]);
     let of_7: Vec<_> = host
         .described
         .iter()
