@@ -5,6 +5,7 @@
 //! through [`Host`], so tests drive every rule with a fake one and without root.
 
 mod gc;
+mod recent;
 
 use std::collections::hash_map::Entry;
 use std::collections::HashMap;
@@ -14,6 +15,7 @@ use std::time::Duration;
 
 use kepler_core::{ProcessInfo, ProcessKey, ProcessUsage, TaskCounters};
 
+use self::recent::Recent;
 use crate::abi::{ExitRecord, TaskTotals};
 
 /// Snapshots an exited process's totals are kept, to merge late pieces of the same group.
@@ -140,7 +142,6 @@ struct Ended {
     totals: TaskTotals,
     info: Arc<ProcessInfo>,
     reported: Reported,
-    ttl: u32,
 }
 
 /// Exited groups by key: their totals (pieces merged) and what the exit records add.
@@ -166,7 +167,7 @@ fn merge_exit(exits: &mut Exits, key: ProcessKey, totals: TaskTotals, info: Exit
 pub(crate) struct Reconciler {
     measured: Measured,
     known: FastMap<ProcessKey, Known>,
-    ended: FastMap<ProcessKey, Ended>,
+    ended: Recent<Ended>,
     /// Exit records drained but not reported yet: they stay here until a snapshot succeeds.
     pending: Exits,
     /// Exited groups dropped because `pending` was full, since the start.
@@ -185,6 +186,7 @@ pub(crate) struct Reconciler {
     /// Entries the kernel marked exited, and those of them this snapshot removed.
     marked: Vec<u32>,
     removed: Vec<u32>,
+    gone: Vec<(ProcessKey, TaskTotals)>,
 }
 
 impl Reconciler {
@@ -192,7 +194,7 @@ impl Reconciler {
         Reconciler {
             measured,
             known: FastMap::default(),
-            ended: FastMap::default(),
+            ended: Recent::new(ENDED_TTL),
             pending: FastMap::default(),
             pending_lost: 0,
             gc_cursor: 0,
@@ -202,6 +204,7 @@ impl Reconciler {
             idle: Vec::new(),
             marked: Vec::new(),
             removed: Vec::new(),
+            gone: Vec::new(),
         }
     }
 
@@ -248,12 +251,13 @@ impl Reconciler {
         let mut exited = std::mem::take(&mut self.exited);
         exited.clear();
         std::mem::swap(&mut exited, &mut self.pending);
-        let gone = self.collect_gone(host, live);
+        let mut gone = self.collect_gone(host, live);
         let gc_removed = gone.len() as u64;
-        for (key, t) in gone {
+        for (key, t) in gone.drain(..) {
             // Added, not replaced: an earlier piece of the same group may be in the ring.
             merge_exit(&mut exited, key, t, ExitInfo::default());
         }
+        self.gone = gone;
 
         // A running task without an entry yet (on its CPU since before the first switch the
         // program saw) is reported with its running stretch alone.
@@ -287,10 +291,7 @@ impl Reconciler {
         }
         self.exited = exited;
 
-        self.ended.retain(|_, e| {
-            e.ttl -= 1;
-            e.ttl > 0
-        });
+        self.ended.advance();
         // Processes that left the map without a record we saw (map full, GC elsewhere).
         let n = self.steps;
         self.known
@@ -378,7 +379,6 @@ impl Reconciler {
             totals,
             info,
             reported,
-            ttl: ENDED_TTL + 1,
         };
         self.ended.insert(key, ended);
         usage

@@ -35,7 +35,8 @@ impl Reconciler {
         host: &mut impl Host,
         live: &FastMap<u32, TaskTotals>,
     ) -> Vec<(ProcessKey, TaskTotals)> {
-        let mut gone = Vec::new();
+        let mut gone = std::mem::take(&mut self.gone);
+        gone.clear();
         let mut idle = std::mem::take(&mut self.idle);
         idle.clear();
         let mut marked = std::mem::take(&mut self.marked);
