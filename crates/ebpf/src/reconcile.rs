@@ -29,6 +29,30 @@ const MAX_PENDING: usize = 1 << 16;
 /// the kernel assigns, where SipHash's resistance to chosen keys buys nothing.
 pub(crate) type FastMap<K, V> = HashMap<K, V, BuildHasherDefault<rustc_hash::FxHasher>>;
 
+/// Below this many entries a scratch buffer is never cut back.
+const KEEP_ENTRIES: usize = 1024;
+
+/// Whether a buffer of `capacity` that held `used` entries this snapshot should be cut back to
+/// twice that: scratch buffers keep their allocation from one snapshot to the next, but not
+/// one sized for a burst long gone (under a steady load nothing is ever cut back).
+pub(crate) fn oversized(capacity: usize, used: usize) -> bool {
+    capacity > 4 * used.max(KEEP_ENTRIES)
+}
+
+/// Cuts an oversized scratch vector back (see [`oversized`]).
+pub(crate) fn trim_vec<T>(v: &mut Vec<T>, used: usize) {
+    if oversized(v.capacity(), used) {
+        v.shrink_to(2 * used.max(KEEP_ENTRIES));
+    }
+}
+
+/// Cuts an oversized scratch map back (see [`oversized`]).
+pub(crate) fn trim_map<K: Eq + std::hash::Hash, V>(m: &mut FastMap<K, V>, used: usize) {
+    if oversized(m.capacity(), used) {
+        m.shrink_to(2 * used.max(KEEP_ENTRIES));
+    }
+}
+
 /// How a (tgid, start time in ns) pair read from BPF becomes the key procfs would give the
 /// same process: the start time floored to a clock tick.
 pub(crate) trait Keys {
@@ -257,6 +281,7 @@ impl Reconciler {
             // Added, not replaced: an earlier piece of the same group may be in the ring.
             merge_exit(&mut exited, key, t, ExitInfo::default());
         }
+        trim_vec(&mut gone, gc_removed as usize);
         self.gone = gone;
 
         // A running task without an entry yet (on its CPU since before the first switch the
@@ -285,10 +310,14 @@ impl Reconciler {
             }
             processes.push(self.live_usage(host, key, t, *running_ns));
         }
+        let used = tasks.len();
+        trim_vec(&mut tasks, used);
         self.tasks = tasks;
+        let n_exited = exited.len();
         for (key, (piece, exit)) in exited.drain() {
             processes.push(self.exited_usage(host, key, piece, &exit));
         }
+        trim_map(&mut exited, n_exited);
         self.exited = exited;
 
         self.ended.advance();

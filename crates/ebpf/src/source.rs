@@ -350,6 +350,8 @@ impl UsageSource for EbpfSource {
             tasks,
         };
         let step = self.reconciler.step(&mut io, &mut self.observed);
+        let live = self.observed.live.len();
+        crate::reconcile::trim_map(&mut self.observed.live, live);
         self.stats
             .gc_removed
             .fetch_add(step.gc_removed, Ordering::Relaxed);

@@ -67,10 +67,16 @@ impl Reconciler {
                 gone.push((host.key(*tgid, t.start_ns), *t));
             }
         }
+        let used = marked.len();
+        super::trim_vec(&mut marked, used);
+        let used = removed.len();
+        super::trim_vec(&mut removed, used);
         self.marked = marked;
         self.removed = removed;
         let budget = idle.len().div_ceil(GC_EVERY).min(GC_BATCH);
         let picked = round_robin(&mut idle, &mut self.gc_cursor, budget);
+        let used = idle.len();
+        super::trim_vec(&mut idle, used);
         self.idle = idle;
         for tgid in picked {
             let Some(t) = live.get(&tgid) else {

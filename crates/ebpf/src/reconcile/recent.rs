@@ -37,11 +37,20 @@ impl<V> Recent<V> {
     }
 
     /// Ends this snapshot: what was inserted `ttl` snapshots ago expires.
+    /// A cleared table keeps its allocation, unless it is far larger than the one just
+    /// filled: then the burst that grew it is over.
     pub(super) fn advance(&mut self) {
+        let used = self.tables.get(self.current).map_or(0, FastMap::len);
         self.current = (self.current + 1) % self.tables.len().max(1);
         if let Some(t) = self.tables.get_mut(self.current) {
             t.clear();
+            super::trim_map(t, used);
         }
+    }
+
+    #[cfg(test)]
+    pub(super) fn capacity(&self) -> usize {
+        self.tables.iter().map(FastMap::capacity).sum()
     }
 
     #[cfg(test)]

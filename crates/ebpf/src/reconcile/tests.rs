@@ -642,3 +642,51 @@ fn an_entry_marked_exited_is_collected_at_the_next_snapshot() {
     let step = rec.step(&mut host, &mut Observed::default());
     assert_eq!(reports(&step, key(7, SEC)), [(510, true, "p7".into())]);
 }
+
+#[test]
+fn scratch_buffers_are_cut_back_after_a_burst_only() {
+    let mut v: Vec<u64> = Vec::with_capacity(100_000);
+    // Steady use near the capacity, or anything below the floor: kept.
+    trim_vec(&mut v, 30_000);
+    assert!(v.capacity() >= 100_000);
+    let mut small: Vec<u64> = Vec::with_capacity(4_000);
+    trim_vec(&mut small, 0);
+    assert!(small.capacity() >= 4_000);
+    // The burst is over: cut to twice what was used.
+    trim_vec(&mut v, 5_000);
+    assert!(
+        (10_000..100_000).contains(&v.capacity()),
+        "{}",
+        v.capacity()
+    );
+
+    let mut m: FastMap<u32, u64> = FastMap::default();
+    m.extend((0..50_000).map(|i| (i, 0)));
+    m.clear();
+    trim_map(&mut m, 100);
+    assert!(
+        m.capacity() < 50_000 && m.capacity() >= 2_048,
+        "{}",
+        m.capacity()
+    );
+}
+
+#[test]
+fn a_burst_of_exits_leaves_no_large_tables_behind() {
+    let mut host = Fake::default();
+    let mut rec = reconciler();
+    let burst: Vec<ExitRecord> = (1..=20_000).map(|pid| record(pid, SEC, 1, "b")).collect();
+    rec.queue_exits(&host, burst);
+    let step = rec.step(&mut host, &mut Observed::default());
+    assert_eq!(step.processes.len(), 20_000);
+    for _ in 0..=ENDED_TTL + 1 {
+        rec.step(&mut host, &mut Observed::default());
+    }
+    assert!(rec.exited.capacity() < 20_000, "{}", rec.exited.capacity());
+    assert!(
+        rec.pending.capacity() < 20_000,
+        "{}",
+        rec.pending.capacity()
+    );
+    assert!(rec.ended.capacity() < 20_000, "{}", rec.ended.capacity());
+}
