@@ -4,16 +4,21 @@
 # Builds the release agent, runs it on a simulated powercap tree, spawns /bin/true at RATE/s
 # for 32 s and reads the agent's utime+stime over 25 s of that. Root (eBPF).
 #   bash bench/churn_cpu.sh [RATE] [INTERVAL] [ENV=VALUE...]   (defaults 1000, 5s)
+# KEPLER_BIN=PATH runs that agent binary instead of building one (before/after comparisons).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 rate=${1:-1000}
 interval=${2:-5s}
 shift $(( $# > 2 ? 2 : $# ))
-cargo build --release -q --bin kepler
+bin=${KEPLER_BIN:-}
+if [ -z "$bin" ]; then
+  cargo build --release -q --bin kepler
+  bin=./target/release/kepler
+fi
 . bench/lib.sh
 fake_powercap "$tmp" >/dev/null
 port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
-env "$@" ./target/release/kepler --host.sysfs "$tmp" --web.listen-address "127.0.0.1:$port" \
+env "$@" "$bin" --host.sysfs "$tmp" --web.listen-address "127.0.0.1:$port" \
   --monitor.interval "$interval" --log.level warn >/dev/null 2>&1 &
 agent=$!
 pids+=("$agent")

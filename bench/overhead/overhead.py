@@ -523,6 +523,11 @@ def parse_args(argv):
     p.add_argument("--warmup", type=float, help="seconds before measuring (default 12; quick 8)")
     p.add_argument("--scenarios", help="comma-separated subset of: " + ", ".join(LOADS))
     p.add_argument("--quick", action="store_true", help="smoke run: " + ", ".join(QUICK_LOADS))
+    p.add_argument(
+        "--agents",
+        help="comma-separated subset of: " + ", ".join(a[0] for a in AGENTS)
+        + " (default all; one agent alone measures it without the others' load)",
+    )
     p.add_argument("--dry-run", action="store_true", help="print the plan and exit")
     p.add_argument("--out", help="results directory (default bench/overhead/results/<time>)")
     opts = p.parse_args(argv)
@@ -536,6 +541,11 @@ def parse_args(argv):
     unknown = [s for s in opts.loads if s not in LOADS]
     if unknown:
         p.error(f"unknown scenarios {unknown}; known: {list(LOADS)}")
+    names = opts.agents.split(",") if opts.agents else [a[0] for a in AGENTS]
+    unknown = [n for n in names if n not in {a[0] for a in AGENTS}]
+    if unknown:
+        p.error(f"unknown agents {unknown}; known: {[a[0] for a in AGENTS]}")
+    opts.agent_specs = [a for a in AGENTS if a[0] in names]
     if opts.rounds < 1 or opts.window <= 0 or opts.warmup < 0:
         p.error("rounds must be ≥ 1, window > 0, warmup ≥ 0")
     return opts
@@ -547,8 +557,9 @@ def plan(opts):
     for r in range(opts.rounds):
         loads = opts.loads[r % len(opts.loads) :] + opts.loads[: r % len(opts.loads)]
         for i, load in enumerate(loads):
-            k = (r + i) % len(AGENTS)
-            steps.append((r + 1, load, AGENTS[k:] + AGENTS[:k]))
+            agents = opts.agent_specs
+            k = (r + i) % len(agents)
+            steps.append((r + 1, load, agents[k:] + agents[:k]))
     return steps
 
 
@@ -558,7 +569,7 @@ def main(argv):
     per_step = opts.warmup + opts.window + 15
     print(
         f"{len(steps)} measurements ({opts.rounds} rounds × {len(opts.loads)} scenarios), "
-        f"{len(AGENTS)} agents each, window {opts.window:g} s after {opts.warmup:g} s warm-up; "
+        f"{len(opts.agent_specs)} agents each, window {opts.window:g} s after {opts.warmup:g} s warm-up; "
         f"about {len(steps) * per_step / 60:.0f} min plus load start-up",
         flush=True,
     )
@@ -569,7 +580,10 @@ def main(argv):
         return 0
     if os.geteuid() != 0:
         raise BenchError("needs root: eBPF, a mount namespace for Scaphandre, cgroups")
-    for path in (opts.kepler, opts.scaphandre):
+    paths = [opts.kepler]
+    if any(a[1] == "scaphandre" for a in opts.agent_specs):
+        paths.append(opts.scaphandre)
+    for path in paths:
         if not os.access(path, os.X_OK):
             raise BenchError(f"{path} is not an executable (run.sh builds and installs it)")
     out_dir = opts.out or os.path.join(HERE, "results", time.strftime("%Y%m%dT%H%M%SZ", time.gmtime()))

@@ -4,14 +4,19 @@
 # the release agent, installs Scaphandre into bench/overhead/.tools on first use, then runs
 # overhead.py (see README.md). Needs root, python3, perl, unshare, mount.
 #   bash bench/overhead/run.sh [--quick] [--dry-run] [--rounds N] [--window S] [--warmup S]
-#                              [--scenarios idle,sleep1k,...] [--out DIR]
+#                              [--scenarios idle,sleep1k,...] [--agents ebpf-5s,...] [--out DIR]
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 cd "$here/../.."
 
 dry=0
+need_scaph=1
+prev=
 for a in "$@"; do
     [ "$a" = --dry-run ] && dry=1
+    # --agents without Scaphandre: nothing to install.
+    if [ "$prev" = --agents ] && [[ "$a" != *scaphandre* ]]; then need_scaph=0; fi
+    prev=$a
 done
 tools=$here/.tools
 scaph=$tools/bin/scaphandre
@@ -24,7 +29,7 @@ if [ "$dry" = 0 ]; then
     # Without /proc/modules (a kernel with no loadable modules) Scaphandre needs a small shim.
     [ -e /proc/modules ] || command -v cc >/dev/null || { echo "needs cc" >&2; exit 2; }
     CARGO_INCREMENTAL=0 cargo build --release -q --bin kepler
-    if [ ! -x "$scaph" ]; then
+    if [ "$need_scaph" = 1 ] && [ ! -x "$scaph" ]; then
         echo "installing scaphandre 1.0.0 into $tools (once; several minutes)" >&2
         CARGO_INCREMENTAL=0 cargo install -q scaphandre --version 1.0.0 --locked \
             --no-default-features --features "prometheus json" --root "$tools"

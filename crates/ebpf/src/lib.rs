@@ -27,6 +27,8 @@ mod cgroups;
 mod child;
 mod fdpass;
 mod loader;
+mod map_batch;
+mod map_read;
 mod perf;
 mod proc;
 mod reconcile;

@@ -5,14 +5,17 @@
 //! through [`Host`], so tests drive every rule with a fake one and without root.
 
 mod gc;
+mod recent;
 
 use std::collections::hash_map::Entry;
 use std::collections::HashMap;
+use std::hash::BuildHasherDefault;
 use std::sync::Arc;
 use std::time::Duration;
 
 use kepler_core::{ProcessInfo, ProcessKey, ProcessUsage, TaskCounters};
 
+use self::recent::Recent;
 use crate::abi::{ExitRecord, TaskTotals};
 
 /// Snapshots an exited process's totals are kept, to merge late pieces of the same group.
@@ -21,6 +24,34 @@ const ENDED_TTL: u32 = 3;
 /// Exited groups held while snapshots fail (one drain of a 256 KiB ring is at most ~1.9k):
 /// beyond this, new ones are dropped and counted rather than held without bound.
 const MAX_PENDING: usize = 1 << 16;
+
+/// The maps keyed by pid or process key: looked up thousands of times per snapshot with keys
+/// the kernel assigns, where SipHash's resistance to chosen keys buys nothing.
+pub(crate) type FastMap<K, V> = HashMap<K, V, BuildHasherDefault<rustc_hash::FxHasher>>;
+
+/// Below this many entries a scratch buffer is never cut back.
+const KEEP_ENTRIES: usize = 1024;
+
+/// Whether a buffer of `capacity` that held `used` entries this snapshot should be cut back to
+/// twice that: scratch buffers keep their allocation from one snapshot to the next, but not
+/// one sized for a burst long gone (under a steady load nothing is ever cut back).
+pub(crate) fn oversized(capacity: usize, used: usize) -> bool {
+    capacity > 4 * used.max(KEEP_ENTRIES)
+}
+
+/// Cuts an oversized scratch vector back (see [`oversized`]).
+pub(crate) fn trim_vec<T>(v: &mut Vec<T>, used: usize) {
+    if oversized(v.capacity(), used) {
+        v.shrink_to(2 * used.max(KEEP_ENTRIES));
+    }
+}
+
+/// Cuts an oversized scratch map back (see [`oversized`]).
+pub(crate) fn trim_map<K: Eq + std::hash::Hash, V>(m: &mut FastMap<K, V>, used: usize) {
+    if oversized(m.capacity(), used) {
+        m.shrink_to(2 * used.max(KEEP_ENTRIES));
+    }
+}
 
 /// How a (tgid, start time in ns) pair read from BPF becomes the key procfs would give the
 /// same process: the start time floored to a clock tick.
@@ -36,6 +67,11 @@ pub(crate) trait Host: Keys {
     fn entry(&mut self, tgid: u32) -> Option<TaskTotals>;
     /// Deletes `tgid`'s entry from the process map; true when this delete removed it.
     fn delete(&mut self, tgid: u32) -> bool;
+    /// Deletes the entries of `tgids` and pushes those this call removed onto `removed` (the
+    /// others were gone already). One batch where the kernel allows it.
+    fn delete_each(&mut self, tgids: &[u32], removed: &mut Vec<u32>) {
+        removed.extend(tgids.iter().copied().filter(|&tgid| self.delete(tgid)));
+    }
     /// Describes a process (from /proc while it lives, else from `totals` and what its exit
     /// record adds), its workload classified and its cgroup id set from `totals`.
     fn describe(
@@ -78,14 +114,15 @@ impl Measured {
     }
 }
 
-/// What the maps held at this snapshot.
+/// What the maps held at this snapshot. Kept by the source from one snapshot to the next so
+/// that the tables keep their allocations.
 #[derive(Clone, Debug, Default)]
 pub(crate) struct Observed {
     /// The process map, by tgid.
-    pub live: HashMap<u32, TaskTotals>,
+    pub live: FastMap<u32, TaskTotals>,
     /// The stretch each running group has been on its CPU so far, by (tgid, start_ns), read
-    /// after the map.
-    pub running: HashMap<(u32, u64), u64>,
+    /// after the map. A step takes these out.
+    pub running: FastMap<(u32, u64), u64>,
 }
 
 /// The result of one snapshot's merge.
@@ -129,11 +166,10 @@ struct Ended {
     totals: TaskTotals,
     info: Arc<ProcessInfo>,
     reported: Reported,
-    ttl: u32,
 }
 
 /// Exited groups by key: their totals (pieces merged) and what the exit records add.
-type Exits = HashMap<ProcessKey, (TaskTotals, ExitInfo)>;
+type Exits = FastMap<ProcessKey, (TaskTotals, ExitInfo)>;
 
 /// Adds one piece of a group's totals to what `exits` holds for it (a group can be handed over
 /// in pieces when its threads exit on several CPUs at once).
@@ -154,8 +190,8 @@ fn merge_exit(exits: &mut Exits, key: ProcessKey, totals: TaskTotals, info: Exit
 /// The state carried from one snapshot to the next.
 pub(crate) struct Reconciler {
     measured: Measured,
-    known: HashMap<ProcessKey, Known>,
-    ended: HashMap<ProcessKey, Ended>,
+    known: FastMap<ProcessKey, Known>,
+    ended: Recent<Ended>,
     /// Exit records drained but not reported yet: they stay here until a snapshot succeeds.
     pending: Exits,
     /// Exited groups dropped because `pending` was full, since the start.
@@ -164,18 +200,35 @@ pub(crate) struct Reconciler {
     gc_cursor: u32,
     /// Snapshots merged so far (failed ones are not: they saw nothing).
     steps: u64,
+    /// Scratch space of a step, kept allocated: the exited groups it reports (`pending`
+    /// swapped in), the live tasks with their running stretches, and the idle tgids the
+    /// collection of gone processes picks from. Each grows with the process count; made
+    /// afresh every snapshot they were blocks above glibc's mmap threshold, faulted in anew.
+    exited: Exits,
+    tasks: Vec<(u32, TaskTotals, u64)>,
+    idle: Vec<u32>,
+    /// Entries the kernel marked exited, and those of them this snapshot removed.
+    marked: Vec<u32>,
+    removed: Vec<u32>,
+    gone: Vec<(ProcessKey, TaskTotals)>,
 }
 
 impl Reconciler {
     pub(crate) fn new(measured: Measured) -> Self {
         Reconciler {
             measured,
-            known: HashMap::new(),
-            ended: HashMap::new(),
-            pending: HashMap::new(),
+            known: FastMap::default(),
+            ended: Recent::new(ENDED_TTL),
+            pending: FastMap::default(),
             pending_lost: 0,
             gc_cursor: 0,
             steps: 0,
+            exited: FastMap::default(),
+            tasks: Vec::new(),
+            idle: Vec::new(),
+            marked: Vec::new(),
+            removed: Vec::new(),
+            gone: Vec::new(),
         }
     }
 
@@ -216,24 +269,30 @@ impl Reconciler {
 
     /// Merges one snapshot: the exits queued since the last step, entries of gone processes
     /// collected now, and the live entries with their running stretches.
-    pub(crate) fn step(&mut self, host: &mut impl Host, observed: Observed) -> Step {
+    pub(crate) fn step(&mut self, host: &mut impl Host, observed: &mut Observed) -> Step {
         self.steps += 1;
-        let Observed { live, mut running } = observed;
-        let mut exited = std::mem::take(&mut self.pending);
-        let gone = self.collect_gone(host, &live);
+        let Observed { live, running } = observed;
+        let mut exited = std::mem::take(&mut self.exited);
+        exited.clear();
+        std::mem::swap(&mut exited, &mut self.pending);
+        let mut gone = self.collect_gone(host, live);
         let gc_removed = gone.len() as u64;
-        for (key, t) in gone {
+        for (key, t) in gone.drain(..) {
             // Added, not replaced: an earlier piece of the same group may be in the ring.
             merge_exit(&mut exited, key, t, ExitInfo::default());
         }
+        trim_vec(&mut gone, gc_removed as usize);
+        self.gone = gone;
 
         // A running task without an entry yet (on its CPU since before the first switch the
         // program saw) is reported with its running stretch alone.
-        let mut tasks: Vec<(u32, TaskTotals, u64)> = live
-            .iter()
-            .map(|(tgid, t)| (*tgid, *t, running.remove(&(*tgid, t.start_ns)).unwrap_or(0)))
-            .collect();
-        tasks.extend(running.into_iter().map(|((tgid, start_ns), ns)| {
+        let mut tasks = std::mem::take(&mut self.tasks);
+        tasks.clear();
+        tasks.extend(
+            live.iter()
+                .map(|(tgid, t)| (*tgid, *t, running.remove(&(*tgid, t.start_ns)).unwrap_or(0))),
+        );
+        tasks.extend(running.drain().map(|((tgid, start_ns), ns)| {
             let t = TaskTotals {
                 start_ns,
                 ..Default::default()
@@ -251,14 +310,17 @@ impl Reconciler {
             }
             processes.push(self.live_usage(host, key, t, *running_ns));
         }
-        for (key, (piece, exit)) in exited {
+        let used = tasks.len();
+        trim_vec(&mut tasks, used);
+        self.tasks = tasks;
+        let n_exited = exited.len();
+        for (key, (piece, exit)) in exited.drain() {
             processes.push(self.exited_usage(host, key, piece, &exit));
         }
+        trim_map(&mut exited, n_exited);
+        self.exited = exited;
 
-        self.ended.retain(|_, e| {
-            e.ttl -= 1;
-            e.ttl > 0
-        });
+        self.ended.advance();
         // Processes that left the map without a record we saw (map full, GC elsewhere).
         let n = self.steps;
         self.known
@@ -346,7 +408,6 @@ impl Reconciler {
             totals,
             info,
             reported,
-            ttl: ENDED_TTL + 1,
         };
         self.ended.insert(key, ended);
         usage

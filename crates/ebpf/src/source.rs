@@ -2,13 +2,12 @@
 //! ring, /proc) and acts (deletes, descriptions); what the readings mean is decided by the
 //! pure [`Reconciler`].
 
-use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
-use aya::maps::{Array, HashMap as BpfHashMap, MapData, PerCpuArray, RingBuf};
+use aya::maps::{Array, HashMap as BpfHashMap, Map, MapData, PerCpuArray, RingBuf};
 use kepler_core::{
     Classifier, Feature, ProcessInfo, ProcessKey, ReadError, Unavailable, UsageSnapshot,
     UsageSource,
@@ -18,6 +17,8 @@ use kepler_sources::ProcfsReader;
 use crate::abi::{kstat, names, CpuState, ExitRecord, TaskTotals};
 use crate::cgroups::{cgroup2_mount, cgroup_v1_mount, CgroupResolver};
 use crate::loader::{self, Probes};
+use crate::map_batch::{BatchError, BatchMap};
+use crate::map_read::{LoadedTasks, TaskReader};
 use crate::reconcile::{ExitInfo, Host, Keys, Measured, Observed, Reconciler};
 use crate::{proc, EbpfSettings, EbpfStats};
 
@@ -35,6 +36,9 @@ pub struct EbpfSource {
     /// The cpu controller's v1 hierarchy on hybrid hosts (`None` on cgroup2-only hosts).
     cpu_cgroups: CgroupResolver,
     reconciler: Reconciler,
+    /// This snapshot's map readings, kept allocated from one snapshot to the next.
+    observed: Observed,
+    reader: TaskReader,
     stats: Arc<EbpfStats>,
 }
 
@@ -54,8 +58,8 @@ struct Io<'a> {
     classifier: &'a dyn Classifier,
     cgroups: &'a mut CgroupResolver,
     cpu_cgroups: &'a mut CgroupResolver,
-    /// `None` if the map cannot be opened for writing: then nothing is collected.
-    tasks: Option<BpfHashMap<&'a mut MapData, u32, TaskTotals>>,
+    /// `None` if the map is missing: then nothing is collected.
+    tasks: Option<&'a mut Map>,
 }
 
 impl Keys for Io<'_> {
@@ -70,11 +74,38 @@ impl Host for Io<'_> {
     }
 
     fn entry(&mut self, tgid: u32) -> Option<TaskTotals> {
-        self.tasks.as_ref()?.get(&tgid, 0).ok()
+        let tasks = BpfHashMap::<_, u32, TaskTotals>::try_from(&**self.tasks.as_ref()?).ok()?;
+        tasks.get(&tgid, 0).ok()
     }
 
     fn delete(&mut self, tgid: u32) -> bool {
-        self.tasks.as_mut().is_some_and(|t| t.remove(&tgid).is_ok())
+        let Some(map) = self.tasks.as_deref_mut() else {
+            return false;
+        };
+        BpfHashMap::<_, u32, TaskTotals>::try_from(map).is_ok_and(|mut t| t.remove(&tgid).is_ok())
+    }
+
+    fn delete_each(&mut self, tgids: &[u32], removed: &mut Vec<u32>) {
+        let mut rest = tgids;
+        if let Some(Map::HashMap(data)) = self.tasks.as_deref() {
+            if let Ok(batch) = BatchMap::<u32, TaskTotals>::new(data) {
+                while !rest.is_empty() {
+                    let (done, why) = batch.delete(rest);
+                    removed.extend(rest.iter().take(done));
+                    rest = rest.get(done..).unwrap_or_default();
+                    match why {
+                        None => return,
+                        // Handed to the exits ring since the map was read: not ours.
+                        Some(BatchError::NotFound) => rest = rest.get(1..).unwrap_or_default(),
+                        Some(e) => {
+                            tracing::debug!(error = %e, "deleting entries one by one");
+                            break;
+                        }
+                    }
+                }
+            }
+        }
+        removed.extend(rest.iter().copied().filter(|&tgid| self.delete(tgid)));
     }
 
     /// From /proc when the process is still there and is the same process (same start time),
@@ -151,6 +182,8 @@ impl EbpfSource {
             cgroups: CgroupResolver::new(cgroup_root),
             cpu_cgroups: CgroupResolver::new(cpu_root),
             reconciler: Reconciler::new(measured),
+            observed: Observed::default(),
+            reader: TaskReader::default(),
             stats: Arc::new(EbpfStats::default()),
         })
     }
@@ -170,78 +203,63 @@ impl EbpfSource {
     /// succeeds.
     fn drain_exits(&mut self) {
         let mut malformed = 0u64;
-        let mut records = Vec::new();
-        while let Some(item) = self.exits.next() {
+        // Straight from the ring into the reconciler, without a list of records in between.
+        let exits = &mut self.exits;
+        let records = std::iter::from_fn(|| loop {
+            let item = exits.next()?;
             match ExitRecord::parse(&item) {
-                Some(r) => records.push(r),
+                Some(r) => return Some(r),
                 None => malformed += 1,
             }
-        }
+        });
+        let lost = self.reconciler.queue_exits(&self.procfs, records);
         if malformed > 0 {
             tracing::warn!(malformed, "short records in the exits ring");
             self.stats
                 .malformed_records
                 .fetch_add(malformed, Ordering::Relaxed);
         }
-        let lost = self.reconciler.queue_exits(&self.procfs, records);
         if lost > 0 {
             tracing::warn!(lost, "exited processes dropped: snapshots keep failing");
             self.stats.exits_lost.fetch_add(lost, Ordering::Relaxed);
         }
     }
 
-    /// The process map, by tgid.
-    fn read_live(&self) -> Result<HashMap<u32, TaskTotals>, ReadError> {
+    /// The process map, by tgid, into `observed.live`.
+    fn read_live(&mut self) -> Result<(), ReadError> {
         let map = self
             .ebpf
             .map(names::TASKS)
             .ok_or_else(|| ReadError::Other("eBPF: tasks map missing".into()))?;
-        let tasks: BpfHashMap<&MapData, u32, TaskTotals> = BpfHashMap::try_from(map)
-            .map_err(|e| ReadError::Other(format!("eBPF: tasks map: {e}")))?;
-        let mut out = HashMap::new();
-        let mut errors = 0u64;
-        let mut first_error = None;
-        // aya skips entries deleted between listing and reading them (they are in the exits
-        // ring). When the entry the listing stands on is deleted, the kernel starts the listing
-        // over, so an entry can come twice: keyed by tgid, the later (larger) reading wins.
-        for item in tasks.iter() {
-            match item {
-                Ok((tgid, t)) => {
-                    out.insert(tgid, t);
-                }
-                // A failed lookup skips its entry, a failed listing ends the iteration; what was
-                // not read is reported, cumulative, by the next snapshot.
-                Err(e) => {
-                    errors += 1;
-                    first_error.get_or_insert(e);
-                }
-            }
-        }
-        if let Some(error) = first_error {
-            tracing::warn!(%error, errors, "reading the eBPF process map");
+        let report = self
+            .reader
+            .read(&LoadedTasks::new(map), &mut self.observed.live);
+        if let Some(error) = report.first_error {
+            tracing::warn!(%error, errors = report.errors, "reading the eBPF process map");
             self.stats
                 .map_read_errors
-                .fetch_add(errors, Ordering::Relaxed);
+                .fetch_add(report.errors, Ordering::Relaxed);
         }
-        Ok(out)
+        Ok(())
     }
 
     /// The stretch each running task has been on its CPU so far, by (tgid, start_ns). Read
     /// after the task map: a task that switched out in between then has its stretch in
     /// neither read (reported next time) rather than in both.
-    fn read_running(&self) -> HashMap<(u32, u64), u64> {
-        let mut out = HashMap::new();
+    fn read_running(&mut self) {
+        let out = &mut self.observed.running;
+        out.clear();
         let Some(map) = self.ebpf.map(names::CPU_STATE) else {
-            return out;
+            return;
         };
         let Ok(arr) = PerCpuArray::<&MapData, CpuState>::try_from(map) else {
-            return out;
+            return;
         };
         // The clock is read first: a stretch measured up to an instant before the read is never
         // more than the task has run (a later instant would count time after it left the CPU).
         let now = proc::monotonic_ns();
         let Ok(values) = arr.get(&0, 0) else {
-            return out;
+            return;
         };
         for cs in values.iter() {
             if cs.cur_tgid != 0 && cs.last_ns != 0 {
@@ -249,7 +267,6 @@ impl EbpfSource {
                     now.saturating_sub(cs.last_ns);
             }
         }
-        out
     }
 
     fn read_kstats(&self) {
@@ -317,16 +334,13 @@ impl UsageSource for EbpfSource {
         // time and reported next time, rather than reported twice. Drained records wait in
         // the reconciler, so that a failed map read does not lose them.
         self.drain_exits();
-        let live = self.read_live()?;
-        let running = self.read_running();
+        self.read_live()?;
+        self.read_running();
         self.read_kstats();
         self.stats
             .tracked_processes
-            .store(live.len() as u64, Ordering::Relaxed);
-        let tasks = self
-            .ebpf
-            .map_mut(names::TASKS)
-            .and_then(|m| BpfHashMap::try_from(m).ok());
+            .store(self.observed.live.len() as u64, Ordering::Relaxed);
+        let tasks = self.ebpf.map_mut(names::TASKS);
         let mut io = Io {
             procfs: &mut self.procfs,
             classifier: &*self.classifier,
@@ -334,7 +348,9 @@ impl UsageSource for EbpfSource {
             cpu_cgroups: &mut self.cpu_cgroups,
             tasks,
         };
-        let step = self.reconciler.step(&mut io, Observed { live, running });
+        let step = self.reconciler.step(&mut io, &mut self.observed);
+        let live = self.observed.live.len();
+        crate::reconcile::trim_map(&mut self.observed.live, live);
         self.stats
             .gc_removed
             .fetch_add(step.gc_removed, Ordering::Relaxed);
@@ -350,6 +366,8 @@ impl UsageSource for EbpfSource {
 mod tests {
     //! The I/O side's wiring, against the real maps (root only). The rules themselves are
     //! tested on the pure code in `reconcile`.
+
+    use std::collections::HashMap;
 
     use super::*;
 
@@ -403,6 +421,153 @@ mod tests {
         assert_eq!(src.stats.gc_removed.load(Ordering::Relaxed), 1);
         let snap = src.snapshot().unwrap();
         assert!(snap.processes.iter().all(|p| p.key != key));
+    }
+
+    #[test]
+    fn batch_and_entry_by_entry_reads_agree_on_the_real_map() {
+        let test = "batch_and_entry_by_entry_reads_agree_on_the_real_map";
+        if crate::test_support::skip_unless_root(test) {
+            return;
+        }
+        use crate::map_read::{LoadedTasks, TaskMap};
+        let mut src = bare_source();
+        // 3,000 entries no process can own (tgids above pid_max), so the kernel leaves them as
+        // they are while both reads run; the real processes' entries move meanwhile.
+        const N: u32 = 3_000;
+        let fake = |i: u32| TaskTotals {
+            start_ns: u64::from(i) + 1,
+            cpu_ns: u64::from(i) * 1_000,
+            switches: u64::from(i),
+            cgroup_id: 1,
+            ..Default::default()
+        };
+        {
+            let mut tasks = tasks(&mut src);
+            for i in 0..N {
+                tasks.insert(u32::MAX - i, fake(i), 0).unwrap();
+            }
+        }
+        std::thread::sleep(Duration::from_millis(20));
+        let map = LoadedTasks::new(src.ebpf.map(names::TASKS).unwrap());
+        // One entry per batch at first: the kernel refuses any bucket of two or more
+        // (ENOSPC), so the buffers must grow for the read to finish.
+        let mut reader = TaskReader::with_first_batch(1);
+        let mut batched = HashMap::new();
+        let report = reader.read(&map, &mut batched);
+        assert!(report.batched, "this kernel takes batch lookups (5.6+)");
+        assert_eq!(report.errors, 0);
+        assert!(reader.batch_room() > 1, "some bucket held two entries");
+        let mut one_by_one = HashMap::new();
+        map.for_each_entry(&mut |item| {
+            let (tgid, t) = item.unwrap();
+            one_by_one.insert(tgid, t);
+        });
+        let mine = |m: &HashMap<u32, TaskTotals>| -> Vec<(u32, TaskTotals)> {
+            let mut v: Vec<_> = m
+                .iter()
+                .filter(|(tgid, _)| **tgid > u32::MAX - N)
+                .map(|(tgid, t)| (*tgid, *t))
+                .collect();
+            v.sort_unstable_by_key(|e| e.0);
+            v
+        };
+        let expected: Vec<_> = (0..N).rev().map(|i| (u32::MAX - i, fake(i))).collect();
+        assert_eq!(mine(&batched), expected);
+        assert_eq!(mine(&one_by_one), expected);
+        // This process has left its CPU since the programs were loaded (the sleep makes
+        // sure), so both reads hold a real entry too.
+        let me = std::process::id();
+        assert!(batched.contains_key(&me) && one_by_one.contains_key(&me));
+        // And the default reader, as snapshots use it.
+        let mut reader = TaskReader::default();
+        let mut again = HashMap::new();
+        assert!(reader.read(&map, &mut again).batched);
+        assert!(reader.batching());
+        assert_eq!(mine(&again), expected);
+    }
+
+    #[test]
+    fn batch_delete_removes_what_it_finds_and_skips_what_it_does_not() {
+        let test = "batch_delete_removes_what_it_finds_and_skips_what_it_does_not";
+        if crate::test_support::skip_unless_root(test) {
+            return;
+        }
+        let mut src = bare_source();
+        // tgids above pid_max: entries the kernel never touches. Every seventh is not in the
+        // map, as when the kernel handed an entry over since the map was read.
+        let tgids: Vec<u32> = (0..3_000).map(|i| u32::MAX - i).collect();
+        let present: Vec<u32> = tgids.iter().copied().filter(|t| t % 7 != 0).collect();
+        {
+            let mut tasks = tasks(&mut src);
+            for &tgid in &present {
+                tasks.insert(tgid, TaskTotals::default(), 0).unwrap();
+            }
+        }
+        // The kernel's own answer: it stops at the first key it cannot delete.
+        let Some(Map::HashMap(data)) = src.ebpf.map(names::TASKS) else {
+            panic!("tasks is a hash map");
+        };
+        let batch = BatchMap::<u32, TaskTotals>::new(data).unwrap();
+        let absent = *tgids.iter().find(|t| *t % 7 == 0).unwrap();
+        let (done, why) = batch.delete(&[present[0], absent, present[1]]);
+        assert_eq!(done, 1, "{why:?}");
+        assert!(matches!(why, Some(BatchError::NotFound)), "{why:?}");
+
+        let mut io = Io {
+            procfs: &mut src.procfs,
+            classifier: &*src.classifier,
+            cgroups: &mut src.cgroups,
+            cpu_cgroups: &mut src.cpu_cgroups,
+            tasks: src.ebpf.map_mut(names::TASKS),
+        };
+        let mut removed = Vec::new();
+        io.delete_each(&tgids, &mut removed);
+        let expected: Vec<u32> = present.iter().copied().skip(1).collect();
+        assert_eq!(removed, expected);
+        let tasks = tasks(&mut src);
+        assert!(tgids.iter().all(|t| tasks.get(t, 0).is_err()), "all gone");
+    }
+
+    #[test]
+    fn entries_marked_exited_are_collected_together() {
+        let test = "entries_marked_exited_are_collected_together";
+        if crate::test_support::skip_unless_root(test) {
+            return;
+        }
+        let mut src = bare_source();
+        src.snapshot().unwrap();
+        // As the kernel leaves them when the exit ring is full.
+        const N: u32 = 500;
+        let marked = |i: u32| TaskTotals {
+            start_ns: 1_000_000_000,
+            cpu_ns: 1_000_000 * u64::from(i + 1),
+            flags: TaskTotals::EXITED,
+            ..Default::default()
+        };
+        {
+            let mut tasks = tasks(&mut src);
+            for i in 0..N {
+                tasks.insert(u32::MAX - i, marked(i), 0).unwrap();
+            }
+        }
+        let snap = src.snapshot().unwrap();
+        let mut got: Vec<(u32, u64, bool)> = snap
+            .processes
+            .iter()
+            .filter(|p| p.key.pid > u32::MAX - N)
+            .map(|p| (p.key.pid, p.cpu_time.as_nanos() as u64, p.exited))
+            .collect();
+        got.sort_unstable();
+        let expected: Vec<_> = (0..N)
+            .rev()
+            .map(|i| (u32::MAX - i, marked(i).cpu_ns, true))
+            .collect();
+        assert_eq!(got, expected);
+        assert_eq!(src.stats.gc_removed.load(Ordering::Relaxed), u64::from(N));
+        let tasks = tasks(&mut src);
+        assert!((0..N).all(|i| tasks.get(&(u32::MAX - i), 0).is_err()));
+        let snap = src.snapshot().unwrap();
+        assert!(snap.processes.iter().all(|p| p.key.pid <= u32::MAX - N));
     }
 
     #[test]

@@ -1,11 +1,9 @@
 //! Collection of entries left in the process map by processes gone without an exit record (a
 //! race the kernel side cannot close), so the map cannot fill with them.
 
-use std::collections::HashMap;
-
 use kepler_core::ProcessKey;
 
-use super::{Host, Reconciler};
+use super::{FastMap, Host, Reconciler};
 use crate::abi::TaskTotals;
 
 /// Each live entry that did not move since the previous snapshot is checked against /proc
@@ -17,7 +15,7 @@ pub(super) const GC_BATCH: usize = 256;
 
 /// Up to `n` of `ids`, in order after `cursor` and wrapping around, so that successive calls
 /// cover every id in turn even as the set changes; `cursor` moves to the last one taken.
-pub(super) fn round_robin(mut ids: Vec<u32>, cursor: &mut u32, n: usize) -> Vec<u32> {
+pub(super) fn round_robin(ids: &mut [u32], cursor: &mut u32, n: usize) -> Vec<u32> {
     ids.sort_unstable();
     let split = ids.partition_point(|&id| id <= *cursor);
     let (before, after) = ids.split_at(split);
@@ -35,13 +33,17 @@ impl Reconciler {
     pub(super) fn collect_gone(
         &mut self,
         host: &mut impl Host,
-        live: &HashMap<u32, TaskTotals>,
+        live: &FastMap<u32, TaskTotals>,
     ) -> Vec<(ProcessKey, TaskTotals)> {
-        let mut gone = Vec::new();
-        let mut idle = Vec::new();
+        let mut gone = std::mem::take(&mut self.gone);
+        gone.clear();
+        let mut idle = std::mem::take(&mut self.idle);
+        idle.clear();
+        let mut marked = std::mem::take(&mut self.marked);
+        marked.clear();
         for (tgid, t) in live {
             if t.flags & TaskTotals::EXITED != 0 {
-                gone.extend(take(host, *tgid, t));
+                marked.push(*tgid);
             } else if self
                 .known
                 .get(&host.key(*tgid, t.start_ns))
@@ -50,8 +52,33 @@ impl Reconciler {
                 idle.push(*tgid);
             }
         }
+        // Under heavy churn thousands of entries a snapshot, so deleted together rather than
+        // re-read and deleted one by one as below. The delete still decides who owns each
+        // entry (one the kernel handed over since the read fails to delete, and its ring
+        // record reports it); what the group's threads may still add between this snapshot's
+        // read and the delete, within microseconds of the exit, is not re-read.
+        let mut removed = std::mem::take(&mut self.removed);
+        removed.clear();
+        if !marked.is_empty() {
+            host.delete_each(&marked, &mut removed);
+        }
+        for tgid in &removed {
+            if let Some(t) = live.get(tgid) {
+                gone.push((host.key(*tgid, t.start_ns), *t));
+            }
+        }
+        let used = marked.len();
+        super::trim_vec(&mut marked, used);
+        let used = removed.len();
+        super::trim_vec(&mut removed, used);
+        self.marked = marked;
+        self.removed = removed;
         let budget = idle.len().div_ceil(GC_EVERY).min(GC_BATCH);
-        for tgid in round_robin(idle, &mut self.gc_cursor, budget) {
+        let picked = round_robin(&mut idle, &mut self.gc_cursor, budget);
+        let used = idle.len();
+        super::trim_vec(&mut idle, used);
+        self.idle = idle;
+        for tgid in picked {
             let Some(t) = live.get(&tgid) else {
                 continue;
             };

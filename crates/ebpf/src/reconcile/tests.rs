@@ -108,7 +108,7 @@ fn record(tgid: u32, start_ns: u64, cpu_ns: u64, comm: &str) -> ExitRecord {
 fn live(entries: &[(u32, TaskTotals)]) -> Observed {
     Observed {
         live: entries.iter().copied().collect(),
-        running: HashMap::new(),
+        running: Default::default(),
     }
 }
 
@@ -152,12 +152,12 @@ fn first_sighting_is_described_once_and_counts_its_running_stretch() {
     seen.running.insert((7, SEC), 20);
     // On its CPU since before the program's first switch: no entry yet, the stretch alone.
     seen.running.insert((8, 2 * SEC), 30);
-    let step = rec.step(&mut host, seen);
+    let step = rec.step(&mut host, &mut seen);
     assert_eq!(reports(&step, a), [(120, false, "p7".into())]);
     assert_eq!(reports(&step, key(8, 2 * SEC)), [(30, false, "p8".into())]);
     assert_eq!(step.processes.len(), 2);
 
-    let step = rec.step(&mut host, live(&[(7, totals(SEC, 150))]));
+    let step = rec.step(&mut host, &mut live(&[(7, totals(SEC, 150))]));
     assert_eq!(reports(&step, a), [(150, false, "p7".into())]);
     assert_eq!(host.descriptions(a), 1, "described at first sight only");
     assert_eq!(host.described[0].1, None, "a live process has no exit part");
@@ -174,17 +174,17 @@ fn a_process_moved_to_another_cgroup_is_described_again() {
     };
     let mut seen = live(&[(7, in_cgroup(5, 100))]);
     seen.running.insert((7, SEC), 50);
-    rec.step(&mut host, seen);
+    rec.step(&mut host, &mut seen);
     // Cgroup not read this time (0): not a move.
-    rec.step(&mut host, live(&[(7, in_cgroup(0, 110))]));
+    rec.step(&mut host, &mut live(&[(7, in_cgroup(0, 110))]));
     assert_eq!(host.descriptions(a), 1);
-    let step = rec.step(&mut host, live(&[(7, in_cgroup(6, 120))]));
+    let step = rec.step(&mut host, &mut live(&[(7, in_cgroup(6, 120))]));
     assert_eq!(host.descriptions(a), 2);
     let p = step.processes.iter().find(|p| p.key == a).unwrap();
     assert_eq!(p.info.cgroup_path, "/cg/6");
     // The new description keeps what was reported (150 with the earlier running stretch).
     assert_eq!(p.cpu_time, Duration::from_nanos(150));
-    rec.step(&mut host, live(&[(7, in_cgroup(6, 130))]));
+    rec.step(&mut host, &mut live(&[(7, in_cgroup(6, 130))]));
     assert_eq!(host.descriptions(a), 2, "same cgroup: not described again");
 }
 
@@ -202,11 +202,11 @@ fn a_missed_running_stretch_does_not_take_cpu_time_back() {
         live(&[(7, totals(SEC, 200))]),
     ];
     let mut got = Vec::new();
-    for seen in readings {
-        got.extend(reports(&rec.step(&mut host, seen), a));
+    for mut seen in readings {
+        got.extend(reports(&rec.step(&mut host, &mut seen), a));
     }
     rec.queue_exits(&host, [record(7, SEC, 210, "p7")]);
-    got.extend(reports(&rec.step(&mut host, Observed::default()), a));
+    got.extend(reports(&rec.step(&mut host, &mut Observed::default()), a));
     let ns: Vec<(u64, bool)> = got.iter().map(|r| (r.0, r.1)).collect();
     assert_eq!(ns, [(150, false), (150, false), (200, false), (210, true)]);
 }
@@ -216,13 +216,13 @@ fn exit_record_and_live_entry_of_one_key_in_one_snapshot_report_once() {
     let mut host = Fake::default();
     let mut rec = reconciler();
     let a = key(7, SEC);
-    rec.step(&mut host, live(&[(7, totals(SEC, 100))]));
+    rec.step(&mut host, &mut live(&[(7, totals(SEC, 100))]));
     // The group ended, and a thread still leaving left an entry (and a running stretch)
     // under the same key: its time comes in a later piece, not as a live process.
     rec.queue_exits(&host, [record(7, SEC, 300, "worker")]);
     let mut seen = live(&[(7, totals(SEC, 250))]);
     seen.running.insert((7, SEC), 40);
-    let step = rec.step(&mut host, seen);
+    let step = rec.step(&mut host, &mut seen);
     assert_eq!(
         reports(&step, a),
         [(300, true, "p7".into())],
@@ -230,10 +230,10 @@ fn exit_record_and_live_entry_of_one_key_in_one_snapshot_report_once() {
     );
     assert_eq!(host.descriptions(a), 1);
     // The late piece: still not live; its exit record adds to the group's totals.
-    let step = rec.step(&mut host, live(&[(7, totals(SEC, 10))]));
+    let step = rec.step(&mut host, &mut live(&[(7, totals(SEC, 10))]));
     assert!(reports(&step, a).is_empty());
     rec.queue_exits(&host, [record(7, SEC, 10, "worker")]);
-    let step = rec.step(&mut host, Observed::default());
+    let step = rec.step(&mut host, &mut Observed::default());
     assert_eq!(reports(&step, a), [(310, true, "p7".into())]);
 }
 
@@ -246,11 +246,11 @@ fn exits_are_kept_across_failed_map_reads() {
     // The next attempt drains more, among them another piece of the same group.
     let more = [record(8, SEC, 40, "b"), record(7, SEC, 5, "a")];
     assert_eq!(rec.queue_exits(&host, more), 0);
-    let step = rec.step(&mut host, Observed::default());
+    let step = rec.step(&mut host, &mut Observed::default());
     assert_eq!(reports(&step, key(7, SEC)), [(105, true, "a".into())]);
     assert_eq!(reports(&step, key(8, SEC)), [(40, true, "b".into())]);
     assert_eq!(step.processes.len(), 2);
-    let step = rec.step(&mut host, Observed::default());
+    let step = rec.step(&mut host, &mut Observed::default());
     assert!(step.processes.is_empty(), "reported once");
 }
 
@@ -272,7 +272,7 @@ fn pending_exits_are_bounded_and_the_excess_is_counted() {
     assert_eq!(rec.pending_lost(), 3);
 
     let mut host = host;
-    let step = rec.step(&mut host, Observed::default());
+    let step = rec.step(&mut host, &mut Observed::default());
     assert_eq!(step.processes.len(), MAX_PENDING);
     assert_eq!(reports(&step, key(pid(0), SEC)), [(10, true, "x".into())]);
     assert!(reports(&step, key(pid(MAX_PENDING), SEC)).is_empty());
@@ -288,7 +288,7 @@ fn idle_and_gone() -> (Reconciler, Fake, TaskTotals) {
     let mut host = Fake::default();
     let t = totals(SEC, 100);
     host.procs.insert(key(7, SEC));
-    rec.step(&mut host, live(&[(7, t)]));
+    rec.step(&mut host, &mut live(&[(7, t)]));
     host.procs.clear();
     host.map.insert(7, t);
     host.checked.clear();
@@ -302,13 +302,13 @@ fn a_gone_entry_is_reported_when_the_delete_wins() {
     // the re-read totals are the ones reported.
     let later = TaskTotals { cpu_ns: 130, ..t };
     host.map.insert(7, later);
-    let step = rec.step(&mut host, live(&[(7, t)]));
+    let step = rec.step(&mut host, &mut live(&[(7, t)]));
     assert_eq!(host.checked, [7]);
     assert_eq!(host.deletes, [7]);
     assert_eq!(step.gc_removed, 1);
     assert_eq!(reports(&step, key(7, SEC)), [(130, true, "p7".into())]);
     assert!(host.map.is_empty());
-    let step = rec.step(&mut host, Observed::default());
+    let step = rec.step(&mut host, &mut Observed::default());
     assert!(step.processes.is_empty(), "reported once");
 }
 
@@ -317,18 +317,18 @@ fn a_gone_entry_the_kernel_hands_over_first_is_left_to_its_exit_record() {
     // Between the re-read and the delete the kernel moves the entry to the ring.
     let (mut rec, mut host, t) = idle_and_gone();
     host.kernel_wins.insert(7);
-    let step = rec.step(&mut host, live(&[(7, t)]));
+    let step = rec.step(&mut host, &mut live(&[(7, t)]));
     assert_eq!(host.deletes, [7]);
     assert_eq!(step.gc_removed, 0);
     assert_eq!(reports(&step, key(7, SEC)), [(100, false, "p7".into())]);
     rec.queue_exits(&host, [record(7, SEC, 120, "p7")]);
-    let step = rec.step(&mut host, Observed::default());
+    let step = rec.step(&mut host, &mut Observed::default());
     assert_eq!(reports(&step, key(7, SEC)), [(120, true, "p7".into())]);
 
     // The kernel moved it before the re-read: no entry, no delete.
     let (mut rec, mut host, t) = idle_and_gone();
     host.map.clear();
-    let step = rec.step(&mut host, live(&[(7, t)]));
+    let step = rec.step(&mut host, &mut live(&[(7, t)]));
     assert_eq!(host.checked, [7]);
     assert!(host.deletes.is_empty());
     assert_eq!(reports(&step, key(7, SEC)), [(100, false, "p7".into())]);
@@ -339,7 +339,7 @@ fn a_gone_entry_is_not_collected_when_its_tgid_was_reused_or_it_lives() {
     // The tgid now belongs to a new process (another start time): its entry stays.
     let (mut rec, mut host, t) = idle_and_gone();
     host.map.insert(7, totals(2 * SEC, 1));
-    let step = rec.step(&mut host, live(&[(7, t)]));
+    let step = rec.step(&mut host, &mut live(&[(7, t)]));
     assert!(host.deletes.is_empty());
     assert_eq!(step.gc_removed, 0);
     assert_eq!(host.map.get(&7), Some(&totals(2 * SEC, 1)));
@@ -347,14 +347,14 @@ fn a_gone_entry_is_not_collected_when_its_tgid_was_reused_or_it_lives() {
     // Still in /proc: idle, not gone.
     let (mut rec, mut host, t) = idle_and_gone();
     host.procs.insert(key(7, SEC));
-    let step = rec.step(&mut host, live(&[(7, t)]));
+    let step = rec.step(&mut host, &mut live(&[(7, t)]));
     assert_eq!(host.checked, [7]);
     assert!(host.deletes.is_empty());
     assert_eq!(reports(&step, key(7, SEC)), [(100, false, "p7".into())]);
 
     // It moved since the previous snapshot: not even a suspect.
     let (mut rec, mut host, _) = idle_and_gone();
-    rec.step(&mut host, live(&[(7, totals(SEC, 101))]));
+    rec.step(&mut host, &mut live(&[(7, totals(SEC, 101))]));
     assert!(host.checked.is_empty());
 }
 
@@ -364,24 +364,24 @@ fn ended_entries_take_late_pieces_until_their_ttl_runs_out() {
     let mut rec = reconciler();
     let a = key(7, SEC);
     rec.queue_exits(&host, [record(7, SEC, 100, "w")]);
-    let step = rec.step(&mut host, Observed::default());
+    let step = rec.step(&mut host, &mut Observed::default());
     assert_eq!(reports(&step, a), [(100, true, "w".into())]);
     // A leftover live entry of the ended group is never reported as live meanwhile.
     for _ in 1..ENDED_TTL {
-        let step = rec.step(&mut host, live(&[(7, totals(SEC, 3))]));
+        let step = rec.step(&mut host, &mut live(&[(7, totals(SEC, 3))]));
         assert!(reports(&step, a).is_empty());
     }
     // The last snapshot within the TTL: a late piece adds to the totals, which restarts it.
     rec.queue_exits(&host, [record(7, SEC, 5, "w")]);
-    let step = rec.step(&mut host, Observed::default());
+    let step = rec.step(&mut host, &mut Observed::default());
     assert_eq!(reports(&step, a), [(105, true, "w".into())]);
     assert_eq!(host.descriptions(a), 1);
     for _ in 0..ENDED_TTL {
-        rec.step(&mut host, Observed::default());
+        rec.step(&mut host, &mut Observed::default());
     }
     // Expired: a piece now stands alone, as a process not seen before.
     rec.queue_exits(&host, [record(7, SEC, 5, "w")]);
-    let step = rec.step(&mut host, Observed::default());
+    let step = rec.step(&mut host, &mut Observed::default());
     assert_eq!(reports(&step, a), [(5, true, "w".into())]);
     assert_eq!(host.descriptions(a), 2);
 }
@@ -391,10 +391,10 @@ fn a_reused_tgid_is_another_process() {
     let mut host = Fake::default();
     let mut rec = reconciler();
     let (old, new) = (key(7, SEC), key(7, 2 * SEC));
-    rec.step(&mut host, live(&[(7, totals(SEC, 500))]));
+    rec.step(&mut host, &mut live(&[(7, totals(SEC, 500))]));
     // The old group's exit record and the new one's entry arrive together.
     rec.queue_exits(&host, [record(7, SEC, 600, "old")]);
-    let step = rec.step(&mut host, live(&[(7, totals(2 * SEC, 10))]));
+    let step = rec.step(&mut host, &mut live(&[(7, totals(2 * SEC, 10))]));
     assert_eq!(reports(&step, old), [(600, true, "p7".into())]);
     assert_eq!(
         reports(&step, new),
@@ -402,7 +402,7 @@ fn a_reused_tgid_is_another_process() {
         "its own time, not the old process's"
     );
     assert_eq!(host.descriptions(new), 1);
-    let step = rec.step(&mut host, live(&[(7, totals(2 * SEC, 20))]));
+    let step = rec.step(&mut host, &mut live(&[(7, totals(2 * SEC, 20))]));
     assert_eq!(reports(&step, new), [(20, false, "p7".into())]);
     assert!(reports(&step, old).is_empty());
 }
@@ -416,22 +416,22 @@ fn known_processes_missing_from_the_map_are_forgotten() {
     let mut rec = reconciler();
     let mut seen = live(&[(7, totals(SEC, 100))]);
     seen.running.insert((7, SEC), 50);
-    rec.step(&mut host, seen);
+    rec.step(&mut host, &mut seen);
     for _ in 1..ENDED_TTL {
-        rec.step(&mut host, Observed::default());
+        rec.step(&mut host, &mut Observed::default());
     }
-    let step = rec.step(&mut host, live(&[(7, totals(SEC, 120))]));
+    let step = rec.step(&mut host, &mut live(&[(7, totals(SEC, 120))]));
     assert_eq!(reports(&step, a), [(150, false, "p7".into())]);
     assert_eq!(host.descriptions(a), 1);
 
     // Missing for ENDED_TTL snapshots: forgotten, then met as a new process.
     let mut host = Fake::default();
     let mut rec = reconciler();
-    rec.step(&mut host, live(&[(7, totals(SEC, 100))]));
+    rec.step(&mut host, &mut live(&[(7, totals(SEC, 100))]));
     for _ in 0..ENDED_TTL {
-        rec.step(&mut host, Observed::default());
+        rec.step(&mut host, &mut Observed::default());
     }
-    rec.step(&mut host, live(&[(7, totals(SEC, 120))]));
+    rec.step(&mut host, &mut live(&[(7, totals(SEC, 120))]));
     assert_eq!(host.descriptions(a), 2);
 }
 
@@ -441,7 +441,7 @@ fn round_robin_covers_every_id_in_turn() {
     let mut cursor = 0;
     let mut rounds = Vec::new();
     for _ in 0..4 {
-        rounds.push(round_robin(ids.clone(), &mut cursor, 3));
+        rounds.push(round_robin(&mut ids.clone(), &mut cursor, 3));
     }
     assert_eq!(
         rounds,
@@ -449,11 +449,11 @@ fn round_robin_covers_every_id_in_turn() {
     );
     // The set changes between rounds: the walk carries on after the last id checked.
     let mut cursor = 5;
-    assert_eq!(round_robin(vec![9, 2, 5, 7], &mut cursor, 2), [7, 9]);
-    assert_eq!(round_robin(vec![9, 2, 5, 7], &mut cursor, 2), [2, 5]);
+    assert_eq!(round_robin(&mut [9, 2, 5, 7], &mut cursor, 2), [7, 9]);
+    assert_eq!(round_robin(&mut [9, 2, 5, 7], &mut cursor, 2), [2, 5]);
     assert_eq!(cursor, 5);
-    assert!(round_robin(Vec::new(), &mut cursor, 3).is_empty());
-    assert!(round_robin(vec![1, 2], &mut cursor, 0).is_empty());
+    assert!(round_robin(&mut [], &mut cursor, 3).is_empty());
+    assert!(round_robin(&mut [1, 2], &mut cursor, 0).is_empty());
     assert_eq!(cursor, 5);
 }
 
@@ -464,7 +464,7 @@ fn idle_alive(n: u32) -> (Reconciler, Fake, Observed) {
     let entries: Vec<(u32, TaskTotals)> = (1..=n).map(|tgid| (tgid, totals(SEC, 1))).collect();
     host.procs = entries.iter().map(|(tgid, _)| key(*tgid, SEC)).collect();
     let seen = live(&entries);
-    rec.step(&mut host, seen.clone());
+    rec.step(&mut host, &mut seen.clone());
     assert!(host.checked.is_empty(), "nothing is idle at first sight");
     (rec, host, seen)
 }
@@ -476,7 +476,7 @@ fn collection_checks_every_idle_entry_once_per_round() {
     let per_step = (N as usize).div_ceil(GC_EVERY);
     for _ in 0..GC_EVERY {
         let before = host.checked.len();
-        rec.step(&mut host, seen.clone());
+        rec.step(&mut host, &mut seen.clone());
         assert_eq!(host.checked.len() - before, per_step);
     }
     let first_round: Vec<u32> = host.checked.iter().copied().take(N as usize).collect();
@@ -491,8 +491,8 @@ fn collection_checks_every_idle_entry_once_per_round() {
 #[test]
 fn collection_checks_at_most_a_batch_per_snapshot() {
     let n = u32::try_from(GC_BATCH * GC_EVERY * 2).unwrap();
-    let (mut rec, mut host, seen) = idle_alive(n);
-    rec.step(&mut host, seen);
+    let (mut rec, mut host, mut seen) = idle_alive(n);
+    rec.step(&mut host, &mut seen);
     assert_eq!(host.checked.len(), GC_BATCH);
 }
 
@@ -502,7 +502,10 @@ fn an_exited_process_keeps_its_live_description_else_takes_its_record() {
     let mut rec = reconciler();
     // 9 was described alive but without a name (gone from /proc meanwhile).
     host.nameless.insert(9);
-    rec.step(&mut host, live(&[(7, totals(SEC, 1)), (9, totals(SEC, 1))]));
+    rec.step(
+        &mut host,
+        &mut live(&[(7, totals(SEC, 1)), (9, totals(SEC, 1))]),
+    );
     let ended = [
         // Known from /proc: that description stays (it has the exe and command line).
         record(7, SEC, 2, "bash"),
@@ -512,7 +515,7 @@ fn an_exited_process_keeps_its_live_description_else_takes_its_record() {
         record(9, SEC, 4, "cron"),
     ];
     rec.queue_exits(&host, ended);
-    let step = rec.step(&mut host, Observed::default());
+    let step = rec.step(&mut host, &mut Observed::default());
     assert_eq!(reports(&step, key(7, SEC)), [(2, true, "p7".into())]);
     assert_eq!(reports(&step, key(8, SEC)), [(3, true, "sleep".into())]);
     assert_eq!(reports(&step, key(9, SEC)), [(4, true, "cron".into())]);
@@ -539,7 +542,7 @@ fn exit_pieces_add_up() {
         comm: "worker".into(),
         cpu_cgroup_id: 3,
     };
-    let mut exits = Exits::new();
+    let mut exits = Exits::default();
     merge_exit(&mut exits, key, piece(10), ExitInfo::default());
     merge_exit(&mut exits, key, piece(5), named.clone());
     merge_exit(&mut exits, key, piece(1), ExitInfo::default());
@@ -591,7 +594,7 @@ fn counters_are_reported_only_for_the_loaded_probes() {
 fn an_entry_marked_exited_is_collected_at_the_next_snapshot() {
     // The kernel found the exit ring full: the group's entry stays in the map, marked. It is
     // collected at once (not after an idle round, and without asking /proc), reported exited
-    // with the totals re-read just before the delete, and only once.
+    // with the totals read in this snapshot, and only once.
     let mut rec = reconciler();
     let mut host = Fake::default();
     let marked = TaskTotals {
@@ -606,7 +609,7 @@ fn an_entry_marked_exited_is_collected_at_the_next_snapshot() {
     host.map.insert(7, later);
     // An unmarked entry of a live, never-seen process is left alone.
     host.procs.insert(key(8, SEC));
-    let step = rec.step(&mut host, live(&[(7, marked), (8, totals(SEC, 40))]));
+    let step = rec.step(&mut host, &mut live(&[(7, marked), (8, totals(SEC, 40))]));
     assert!(
         host.checked.is_empty(),
         "no /proc check: {:?}",
@@ -615,7 +618,7 @@ fn an_entry_marked_exited_is_collected_at_the_next_snapshot() {
     assert_eq!(host.deletes, [7]);
     assert_eq!(step.gc_removed, 1);
     // Never described while alive, so described from what BPF kept (no exit record).
-    assert_eq!(reports(&step, key(7, SEC)), [(520, true, String::new())]);
+    assert_eq!(reports(&step, key(7, SEC)), [(500, true, String::new())]);
     let of_7: Vec<_> = host
         .described
         .iter()
@@ -623,7 +626,7 @@ fn an_entry_marked_exited_is_collected_at_the_next_snapshot() {
         .collect();
     assert_eq!(of_7, [&(key(7, SEC), Some(ExitInfo::default()))]);
     assert_eq!(reports(&step, key(8, SEC)), [(40, false, "p8".into())]);
-    let step = rec.step(&mut host, live(&[(8, totals(SEC, 40))]));
+    let step = rec.step(&mut host, &mut live(&[(8, totals(SEC, 40))]));
     assert!(reports(&step, key(7, SEC)).is_empty(), "reported once");
 
     // If the kernel hands the marked entry over first (its tgid reused, the ring had room),
@@ -632,10 +635,58 @@ fn an_entry_marked_exited_is_collected_at_the_next_snapshot() {
     let mut host = Fake::default();
     host.map.insert(7, marked);
     host.kernel_wins.insert(7);
-    let step = rec.step(&mut host, live(&[(7, marked)]));
+    let step = rec.step(&mut host, &mut live(&[(7, marked)]));
     assert_eq!(step.gc_removed, 0);
     assert_eq!(reports(&step, key(7, SEC)), [(500, false, "p7".into())]);
     rec.queue_exits(&host, [record(7, SEC, 510, "")]);
-    let step = rec.step(&mut host, Observed::default());
+    let step = rec.step(&mut host, &mut Observed::default());
     assert_eq!(reports(&step, key(7, SEC)), [(510, true, "p7".into())]);
+}
+
+#[test]
+fn scratch_buffers_are_cut_back_after_a_burst_only() {
+    let mut v: Vec<u64> = Vec::with_capacity(100_000);
+    // Steady use near the capacity, or anything below the floor: kept.
+    trim_vec(&mut v, 30_000);
+    assert!(v.capacity() >= 100_000);
+    let mut small: Vec<u64> = Vec::with_capacity(4_000);
+    trim_vec(&mut small, 0);
+    assert!(small.capacity() >= 4_000);
+    // The burst is over: cut to twice what was used.
+    trim_vec(&mut v, 5_000);
+    assert!(
+        (10_000..100_000).contains(&v.capacity()),
+        "{}",
+        v.capacity()
+    );
+
+    let mut m: FastMap<u32, u64> = FastMap::default();
+    m.extend((0..50_000).map(|i| (i, 0)));
+    m.clear();
+    trim_map(&mut m, 100);
+    assert!(
+        m.capacity() < 50_000 && m.capacity() >= 2_048,
+        "{}",
+        m.capacity()
+    );
+}
+
+#[test]
+fn a_burst_of_exits_leaves_no_large_tables_behind() {
+    let mut host = Fake::default();
+    let mut rec = reconciler();
+    let burst: Vec<ExitRecord> = (1..=20_000).map(|pid| record(pid, SEC, 1, "b")).collect();
+    rec.queue_exits(&host, burst);
+    let step = rec.step(&mut host, &mut Observed::default());
+    assert_eq!(step.processes.len(), 20_000);
+    for _ in 0..=ENDED_TTL + 1 {
+        rec.step(&mut host, &mut Observed::default());
+    }
+    assert!(rec.exited.capacity() < 20_000, "{}", rec.exited.capacity());
+    assert!(
+        rec.pending.capacity() < 20_000,
+        "{}",
+        rec.pending.capacity()
+    );
+    assert!(rec.ended.capacity() < 20_000, "{}", rec.ended.capacity());
 }

@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# Two agent builds side by side under the same load at the same time: each one's user+system
+# CPU and minor faults over the same window, so that a busy or changing machine weighs on both
+# alike (runs one after the other on a shared machine differ by more than the change under
+# test). Each agent attaches its own BPF programs; their in-kernel time is not counted here.
+# Root (eBPF).
+#   bash bench/churn_ab.sh BIN_A BIN_B [KIND] [N] [INTERVAL] [ROUNDS]
+# KIND N is a load of bench/overhead/load.py: churn 1000 (default: 1,000 spawns/s) or
+# wakers 1000 (1,000 processes waking every second). Each round starts both agents afresh,
+# in alternating order, warms up 12 s and measures 25 s.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+a=$1 b=$2 kind=${3:-churn} n=${4:-1000} interval=${5:-5s} rounds=${6:-3}
+. bench/lib.sh
+fake_powercap "$tmp" >/dev/null
+setsid python3 bench/overhead/load.py "$kind" "$n" >/dev/null &
+load=$!
+# The load runs in a session of its own: end it and every child it started.
+trap 'kill -TERM -- -"$load" 2>/dev/null || true; bench_cleanup' EXIT
+sleep 3
+# CPU time in ns summed over the agent's threads (schedstat; utime+stime count 10 ms ticks,
+# too coarse for 0.05 % of a core over 25 s). The agent's threads live as long as it does.
+cpu() { cat /proc/"$1"/task/*/schedstat | awk '{s += $1} END {printf "%d", s}'; }
+faults() { awk '{print $10}' "/proc/$1/stat"; }
+printf '| round | build | agent user+system CPU (%% of one core) | minor faults/s | RSS (MiB) |\n|---|---|---|---|---|\n'
+for r in $(seq "$rounds"); do
+  order=("$a" "$b")
+  [ $((r % 2)) = 0 ] && order=("$b" "$a")
+  agents=()
+  for bin in "${order[@]}"; do
+    "$bin" --host.sysfs "$tmp" --web.listen-address 127.0.0.1:0 --monitor.interval "$interval" \
+      --log.level warn >/dev/null 2>&1 &
+    agents+=($!)
+    pids+=($!)
+  done
+  sleep 12
+  c0=() f0=()
+  for p in "${agents[@]}"; do c0+=("$(cpu "$p")"); f0+=("$(faults "$p")"); done
+  sleep 25
+  for i in 0 1; do
+    p=${agents[$i]}
+    rss=$(awk '/VmRSS/ {print $2}' "/proc/$p/status")
+    printf '| %s | %s | %.3f | %d | %.1f |\n' "$r" "${order[$i]}" \
+      "$(echo "($(cpu "$p")-${c0[$i]})*100/25000000000" | bc -l)" \
+      $(( ($(faults "$p") - ${f0[$i]}) / 25 )) "$(echo "$rss/1024" | bc -l)"
+  done
+  kill "${agents[@]}"
+  wait "${agents[@]}" 2>/dev/null || true
+done
