@@ -447,7 +447,18 @@ mod tests {
                 tasks.insert(u32::MAX - i, fake(i), 0).unwrap();
             }
         }
-        std::thread::sleep(Duration::from_millis(20));
+        // This process's own entry appears at a switch-out of one of its threads, but not at
+        // a CPU's first switch since the programs were loaded (no start time to charge from):
+        // sleep until one has been counted.
+        let me = std::process::id();
+        let deadline = std::time::Instant::now() + Duration::from_secs(5);
+        while tasks(&mut src).get(&me, 0).is_err() {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "no entry for this process"
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        }
         let map = LoadedTasks::new(src.ebpf.map(names::TASKS).unwrap());
         // One entry per batch at first: the kernel refuses any bucket of two or more
         // (ENOSPC), so the buffers must grow for the read to finish.
@@ -474,9 +485,7 @@ mod tests {
         let expected: Vec<_> = (0..N).rev().map(|i| (u32::MAX - i, fake(i))).collect();
         assert_eq!(mine(&batched), expected);
         assert_eq!(mine(&one_by_one), expected);
-        // This process has left its CPU since the programs were loaded (the sleep makes
-        // sure), so both reads hold a real entry too.
-        let me = std::process::id();
+        // Both reads hold a real entry too (this process's, seen above).
         assert!(batched.contains_key(&me) && one_by_one.contains_key(&me));
         // And the default reader, as snapshots use it.
         let mut reader = TaskReader::default();
