@@ -12,25 +12,15 @@ secs=${2:-30}
 shift $(( $# > 2 ? 2 : $# ))
 bin=${KEPLER_BIN:-./target/release/kepler}
 [ -n "${KEPLER_BIN:-}" ] || cargo build --release -q --bin kepler
-tmp=$(mktemp -d)
-pids=()
-cleanup() {
-  kill "${pids[@]}" 2>/dev/null || true
-  wait 2>/dev/null || true
-  rm -rf "$tmp"
-}
-trap cleanup EXIT
+. bench/lib.sh
 
 # A powercap tree with one package and one dram zone; a writer advances them at 40 W / 8 W.
-pkg="$tmp/class/powercap/intel-rapl:0"
+pkg=$(fake_powercap "$tmp")
 dram="$pkg/intel-rapl:0:0"
 mkdir -p "$dram"
-echo package-0 >"$pkg/name"
 echo dram >"$dram/name"
-for d in "$pkg" "$dram"; do
-  echo 100000000000000 >"$d/max_energy_range_uj"
-  echo 0 >"$d/energy_uj"
-done
+echo 100000000000000 >"$dram/max_energy_range_uj"
+echo 0 >"$dram/energy_uj"
 (
   start=$(date +%s%N)
   while :; do

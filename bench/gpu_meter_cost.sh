@@ -7,21 +7,20 @@
 # Needs python3 with torch (the load) and a release agent (`cargo build --release -p kepler`,
 # or `scripts/gpu_check.sh stage` for a machine without a toolchain).
 set -euo pipefail
+cd "$(dirname "$0")/.."
+. bench/lib.sh
 
 bin=${1:-target/release/kepler}
 rounds=${2:-2}
 window=${3:-30}
 baseline=${4:-}
-tmp=$(mktemp -d)
-cleanup() { kill "$load" 2>/dev/null || true; rm -rf "$tmp"; }
 
 python3 -c "import torch,time
 x=torch.rand(4096,4096,device='cuda')
 end=time.time()+$((rounds * 3 * (window + 8) + 20))
 while time.time()<end:
     y=x@x; torch.cuda.synchronize()" &
-load=$!
-trap cleanup EXIT
+pids+=($!)
 sleep 8
 
 # CPU time in ns of all the agent's threads (schedstat: ns resolution, where stat's ticks
