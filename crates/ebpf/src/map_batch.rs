@@ -34,6 +34,26 @@ struct BatchAttr {
     flags: u64,
 }
 
+/// One batch command on `attr`; `true` on success, else the error is in `errno`. The kernel
+/// writes the number of entries it handled back into `attr.count` either way.
+///
+/// # Safety
+/// The buffers `attr` points to must hold `attr.count` keys (and values, for a lookup) of the
+/// map's sizes, writable for a lookup, and stay borrowed for the call.
+unsafe fn batch_call(cmd: libc::c_long, attr: &mut BatchAttr) -> bool {
+    // SAFETY: `attr` is a valid `bpf_attr` prefix of the size passed; what it points to is the
+    // caller's promise.
+    let rc = unsafe {
+        libc::syscall(
+            libc::SYS_bpf,
+            cmd,
+            std::ptr::from_mut(attr),
+            size_of::<BatchAttr>() as u32,
+        )
+    };
+    rc == 0
+}
+
 /// Where a batch read stands in a hash map: the bucket to start the next batch from. The
 /// kernel reads and writes it as a `u32` for hash maps; it is given 8 bytes all the same.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -120,21 +140,13 @@ impl<'a, K: Pod, V: Pod> BatchMap<'a, K, V> {
             map_fd: u32::try_from(self.fd.as_raw_fd()).unwrap_or(u32::MAX),
             ..Default::default()
         };
-        // SAFETY: `attr` is a valid `bpf_attr` prefix of the size passed. The kernel writes at
-        // most `count` keys and values of the map's sizes, which `new` checked are those of `K`
-        // and `V`, so at most `count` elements of each buffer, both at least `count` long and
-        // borrowed mutably for the call; the cursors are 8 bytes each, of which a hash map
-        // uses 4; `count` is written back into `attr`. Every bit pattern is a valid `Pod`.
-        let rc = unsafe {
-            libc::syscall(
-                libc::SYS_bpf,
-                BPF_MAP_LOOKUP_BATCH,
-                std::ptr::from_mut(&mut attr),
-                size_of::<BatchAttr>() as u32,
-            )
-        };
+        // SAFETY: the kernel writes at most `count` keys and values of the map's sizes, which
+        // `new` checked are those of `K` and `V`, so at most `count` elements of each buffer,
+        // both at least `count` long and borrowed mutably for the call; the cursors are 8 bytes
+        // each, of which a hash map uses 4. Every bit pattern is a valid `Pod`.
+        let ok = unsafe { batch_call(BPF_MAP_LOOKUP_BATCH, &mut attr) };
         let got = usize::try_from(attr.count).unwrap_or(0).min(room);
-        if rc == 0 {
+        if ok {
             return Ok(Chunk {
                 count: got,
                 next: Some(out_batch),
@@ -163,19 +175,11 @@ impl<'a, K: Pod, V: Pod> BatchMap<'a, K, V> {
             map_fd: u32::try_from(self.fd.as_raw_fd()).unwrap_or(u32::MAX),
             ..Default::default()
         };
-        // SAFETY: `attr` is a valid `bpf_attr` prefix of the size passed. The kernel reads
-        // `count` keys of the map's key size, which `new` checked is that of `K`, from `keys`,
-        // which holds at least `count`; it writes only `count` back into `attr`.
-        let rc = unsafe {
-            libc::syscall(
-                libc::SYS_bpf,
-                BPF_MAP_DELETE_BATCH,
-                std::ptr::from_mut(&mut attr),
-                size_of::<BatchAttr>() as u32,
-            )
-        };
+        // SAFETY: the kernel reads `count` keys of the map's key size, which `new` checked is
+        // that of `K`, from `keys`, which holds at least `count`.
+        let ok = unsafe { batch_call(BPF_MAP_DELETE_BATCH, &mut attr) };
         let done = usize::try_from(attr.count).unwrap_or(0).min(keys.len());
-        if rc == 0 {
+        if ok {
             return (done, None);
         }
         let err = io::Error::last_os_error();
