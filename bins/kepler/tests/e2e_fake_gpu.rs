@@ -14,24 +14,17 @@ fn agent_exports_fake_gpus_split_among_real_processes() {
     let b = spawn_shell("exec sleep 60");
     let (pa, pb) = (a.pid(), b.pid());
     let dir = tempfile::tempdir().unwrap();
-    let config = dir.path().join("kepler.yaml");
-    std::fs::write(
-        &config,
-        format!(
+    let (_agent, port) = start_agent_with_config(
+        dir.path(),
+        &format!(
             // procfs lists every process each tick; eBPF only those scheduled in the interval,
             // and these sleepers are not.
             "ebpf:\n  enabled: false\ndev:\n  fake-cpu-meter:\n    enabled: true\n  fake-gpu:\n    enabled: true\n    devices:\n\
              \x20     - watts: 120\n        processes: [{{pid: {pa}, weight: 3}}, {{pid: {pb}, weight: 1}}]\n\
              \x20     - watts: 50\n        energy: true\n        processes: [{{pid: {pa}}}]\n"
         ),
-    )
-    .unwrap();
-    let (_agent, port) = start_agent(&[
-        "--config.file",
-        config.to_str().unwrap(),
-        "--monitor.interval",
-        "1s",
-    ]);
+        &[],
+    );
     wait_ready(port, Duration::from_secs(30));
 
     let pid_a = pa.to_string();

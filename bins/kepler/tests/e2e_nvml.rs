@@ -26,30 +26,19 @@ fn sum(samples: &[Sample], name: &str, labels: &[(&str, &str)]) -> f64 {
 
 #[test]
 fn agent_exports_real_gpu_energy_and_credits_the_compute_process() {
-    let mut nvml = match NvmlGpu::open() {
-        Ok(n) => n,
-        Err(why) => {
-            cuda::skip(&format!("no NVIDIA GPU: {why}"));
-            return;
-        }
+    let Some(mut nvml) = cuda::or_skip(NvmlGpu::open(), "no NVIDIA GPU") else {
+        return;
     };
     let uuid = nvml.devices()[0].uuid.to_string();
     let dir = tempfile::tempdir().unwrap();
-    let config = dir.path().join("kepler.yaml");
     // procfs lists every process each tick, so the CUDA process is listed however it sleeps;
     // the fake CPU meter keeps the CPU domain out of the way on hosts without RAPL.
-    std::fs::write(
-        &config,
+    let (_agent, port) = start_agent_with_config(
+        dir.path(),
         "ebpf:\n  enabled: false\nexperimental:\n  gpu:\n    enabled: true\n\
          dev:\n  fake-cpu-meter:\n    enabled: true\n",
-    )
-    .unwrap();
-    let (_agent, port) = start_agent(&[
-        "--config.file",
-        config.to_str().unwrap(),
-        "--monitor.interval",
-        "1s",
-    ]);
+        &[],
+    );
     wait_ready(port, Duration::from_secs(30));
     // A few intervals with no compute process, so the agent learns the device's idle power.
     let started = Instant::now();
@@ -69,12 +58,8 @@ fn agent_exports_real_gpu_energy_and_credits_the_compute_process() {
         std::thread::sleep(Duration::from_millis(250));
     }
 
-    let mut work = match cuda::start(90) {
-        Ok(w) => w,
-        Err(why) => {
-            cuda::skip(&format!("NVIDIA GPU present but {why}"));
-            return;
-        }
+    let Some(mut work) = cuda::or_skip(cuda::start(90), "NVIDIA GPU present, but") else {
+        return;
     };
     let pid = work.pid().to_string();
     // CUDA start-up takes seconds; wait until the process holds GPU energy, then a few

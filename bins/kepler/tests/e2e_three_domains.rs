@@ -28,10 +28,9 @@ fn rapl_redfish_and_a_gpu_at_once_conserve_energy_per_zone() {
     std::fs::write(&bmc_file, fake_bmc.bmc_file("node-a")).unwrap();
     let gpu_user = spawn_shell("exec sleep 60");
     let pid = gpu_user.pid();
-    let config = dir.path().join("kepler.yaml");
-    std::fs::write(
-        &config,
-        format!(
+    let (_agent, port) = start_agent_with_config(
+        dir.path(),
+        &format!(
             // procfs lists the sleeping GPU user every tick (eBPF only lists what ran).
             "ebpf:\n  enabled: false\n\
              experimental:\n  platform:\n    redfish:\n      enabled: true\n      nodeName: node-a\n\
@@ -40,16 +39,8 @@ fn rapl_redfish_and_a_gpu_at_once_conserve_energy_per_zone() {
              \x20     - watts: 90\n        processes: [{{pid: {pid}}}]\n",
             bmc_file.display()
         ),
-    )
-    .unwrap();
-    let (_agent, port) = start_agent(&[
-        "--config.file",
-        config.to_str().unwrap(),
-        "--host.sysfs",
-        sysfs.path().to_str().unwrap(),
-        "--monitor.interval",
-        "1s",
-    ]);
+        &["--host.sysfs", sysfs.path().to_str().unwrap()],
+    );
     wait_ready(port, Duration::from_secs(30));
 
     // Wait until every domain has had an interval: the BMC is polled beside the ticks.

@@ -14,12 +14,8 @@ use kepler_testkit::cuda;
 
 #[test]
 fn real_gpu_power_and_a_real_compute_process() {
-    let backend = match NvmlGpu::open() {
-        Ok(b) => b,
-        Err(why) => {
-            cuda::skip(&format!("no NVIDIA GPU: {why}"));
-            return;
-        }
+    let Some(backend) = cuda::or_skip(NvmlGpu::open(), "no NVIDIA GPU") else {
+        return;
     };
     let mut meter = GpuMeter::new("nvml", Box::new(backend), None);
     let zones = meter.zones();
@@ -41,12 +37,8 @@ fn real_gpu_power_and_a_real_compute_process() {
         );
     }
 
-    let mut child = match cuda::start(30) {
-        Ok(c) => c,
-        Err(why) => {
-            cuda::skip(&format!("NVIDIA GPU present but {why}"));
-            return;
-        }
+    let Some(mut child) = cuda::or_skip(cuda::start(30), "NVIDIA GPU present, but") else {
+        return;
     };
     let pid = child.pid();
     // Poll until the driver lists the process with a share (CUDA start-up takes seconds).
@@ -79,20 +71,13 @@ fn real_gpu_power_and_a_real_compute_process() {
 /// both a share in the same reading (else the meter would hand one of them the whole device).
 #[test]
 fn two_compute_processes_on_one_gpu_both_get_a_share() {
-    let backend = match NvmlGpu::open() {
-        Ok(b) => b,
-        Err(why) => {
-            cuda::skip(&format!("no NVIDIA GPU: {why}"));
-            return;
-        }
+    let Some(backend) = cuda::or_skip(NvmlGpu::open(), "no NVIDIA GPU") else {
+        return;
     };
     let mut meter = GpuMeter::new("nvml", Box::new(backend), None);
-    let (mut a, mut b) = match (cuda::start(60), cuda::start(60)) {
-        (Ok(a), Ok(b)) => (a, b),
-        (Err(why), _) | (_, Err(why)) => {
-            cuda::skip(&format!("NVIDIA GPU present but {why}"));
-            return;
-        }
+    let both = cuda::start(60).and_then(|a| Ok((a, cuda::start(60)?)));
+    let Some((mut a, mut b)) = cuda::or_skip(both, "NVIDIA GPU present, but") else {
+        return;
     };
     let (pa, pb) = (a.pid(), b.pid());
     let weight = |shares: &[kepler_core::ProcessShare], pid: u32| {

@@ -84,3 +84,15 @@ pub fn skip(reason: &str) {
     );
     eprintln!("SKIP: {reason}");
 }
+
+/// The value, or `None` after [`skip`] with `context` and the error: for the GPU and the
+/// workload a test needs, `let Some(x) = or_skip(open(), "no NVIDIA GPU") else { return };`.
+pub fn or_skip<T, E: std::fmt::Display>(result: Result<T, E>, context: &str) -> Option<T> {
+    match result {
+        Ok(value) => Some(value),
+        Err(why) => {
+            skip(&format!("{context}: {why}"));
+            None
+        }
+    }
+}

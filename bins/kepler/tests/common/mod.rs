@@ -123,6 +123,17 @@ pub fn start_agent(args: &[&str]) -> (Proc, u16) {
     (Proc(child), port)
 }
 
+/// Writes `yaml` to `dir/kepler.yaml` and starts the agent with it (`--config.file`) and
+/// `args`, at a 1 s interval unless `args` sets another.
+pub fn start_agent_with_config(dir: &Path, yaml: &str, args: &[&str]) -> (Proc, u16) {
+    let config = dir.join("kepler.yaml");
+    std::fs::write(&config, yaml).expect("write the agent's config");
+    let config = config.to_str().expect("a UTF-8 temporary path");
+    let mut all = vec!["--config.file", config, "--monitor.interval", "1s"];
+    all.extend_from_slice(args);
+    start_agent(&all)
+}
+
 /// A plain HTTP GET; returns (status, body).
 pub fn http_get(port: u16, path: &str) -> std::io::Result<(u16, String)> {
     let mut stream = TcpStream::connect(("127.0.0.1", port))?;
