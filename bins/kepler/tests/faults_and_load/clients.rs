@@ -40,6 +40,11 @@ pub(crate) fn close(a: f64, b: f64) -> bool {
     (a - b).abs() <= 1e-3 + 1e-9 * a.abs().max(b.abs())
 }
 
+/// `part` is more than `whole` beyond formatting round-off.
+fn exceeds(part: f64, whole: f64) -> bool {
+    part > whole + 1e-3 + 1e-9 * whole
+}
+
 /// The invariants of one scrape; `simulated_j(zone)` is the energy the simulation has
 /// produced for that zone so far (an upper bound of what the agent may have counted).
 pub(crate) fn check_tick(
@@ -59,37 +64,29 @@ pub(crate) fn check_tick(
         .collect();
     for zone in &zones {
         let z = [("zone", zone.as_str())];
+        // Joules and watts obey the same splits: total = active + idle, containers ≤ active.
+        for (suffix, unit) in [("joules_total", "J"), ("watts", "W")] {
+            let metric = |what: &str| sum(s, &format!("kepler_{what}_{suffix}"), &z);
+            let total = metric("node_cpu");
+            let active = metric("node_cpu_active");
+            let idle = metric("node_cpu_idle");
+            if !close(total, active + idle) {
+                bad.push(format!(
+                    "tick {tick} {zone}: total {total} {unit} != active {active} + idle {idle}"
+                ));
+            }
+            let containers = metric("container_cpu");
+            if exceeds(containers, active) {
+                bad.push(format!(
+                    "tick {tick} {zone}: containers hold {containers} {unit}, node active is {active} {unit}"
+                ));
+            }
+        }
         let total = sum(s, "kepler_node_cpu_joules_total", &z);
         let active = sum(s, "kepler_node_cpu_active_joules_total", &z);
-        let idle = sum(s, "kepler_node_cpu_idle_joules_total", &z);
-        if !close(total, active + idle) {
-            bad.push(format!(
-                "tick {tick} {zone}: total {total} J != active {active} + idle {idle}"
-            ));
-        }
-        let watts = sum(s, "kepler_node_cpu_watts", &z);
-        let active_w = sum(s, "kepler_node_cpu_active_watts", &z);
-        let idle_w = sum(s, "kepler_node_cpu_idle_watts", &z);
-        if !close(watts, active_w + idle_w) {
-            bad.push(format!(
-                "tick {tick} {zone}: {watts} W != active {active_w} + idle {idle_w}"
-            ));
-        }
-        let containers = sum(s, "kepler_container_cpu_joules_total", &z);
-        if containers > active + 1e-3 + 1e-9 * active {
-            bad.push(format!(
-                "tick {tick} {zone}: containers hold {containers} J, node active is {active} J"
-            ));
-        }
-        let containers_w = sum(s, "kepler_container_cpu_watts", &z);
-        if containers_w > active_w + 1e-3 + 1e-9 * active_w {
-            bad.push(format!(
-                "tick {tick} {zone}: containers draw {containers_w} W, node active is {active_w} W"
-            ));
-        }
         let processes = sum(s, "kepler_process_cpu_joules_total", &z)
             + sum(s, "kepler_node_cpu_unattributed_joules_total", &z);
-        if processes > active + 1e-3 + 1e-9 * active {
+        if exceeds(processes, active) {
             bad.push(format!(
                 "tick {tick} {zone}: processes + unattributed hold {processes} J, node active is {active} J"
             ));
