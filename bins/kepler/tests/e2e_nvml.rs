@@ -20,10 +20,6 @@ fn nvml_joules(nvml: &mut NvmlGpu) -> f64 {
     energy.0 as f64 / 1e6
 }
 
-fn sum(samples: &[Sample], name: &str, labels: &[(&str, &str)]) -> f64 {
-    select(samples, name, labels).iter().map(|s| s.value).sum()
-}
-
 #[test]
 fn agent_exports_real_gpu_energy_and_credits_the_compute_process() {
     let Some(mut nvml) = cuda::or_skip(NvmlGpu::open(), "no NVIDIA GPU") else {

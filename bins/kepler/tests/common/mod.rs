@@ -263,6 +263,11 @@ pub fn select<'a>(samples: &'a [Sample], name: &str, labels: &[(&str, &str)]) ->
         .collect()
 }
 
+/// The sum of the matching samples (0 when none match).
+pub fn sum(samples: &[Sample], name: &str, labels: &[(&str, &str)]) -> f64 {
+    select(samples, name, labels).iter().map(|s| s.value).sum()
+}
+
 pub fn one(samples: &[Sample], name: &str, labels: &[(&str, &str)]) -> f64 {
     let found = select(samples, name, labels);
     assert_eq!(

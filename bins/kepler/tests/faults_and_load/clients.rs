@@ -32,10 +32,6 @@ pub(crate) struct Previous {
     pub(crate) container: Vec<(String, f64)>,
 }
 
-pub(crate) fn sum(s: &[Sample], name: &str, labels: &[(&str, &str)]) -> f64 {
-    select(s, name, labels).iter().map(|s| s.value).sum()
-}
-
 pub(crate) fn close(a: f64, b: f64) -> bool {
     (a - b).abs() <= 1e-3 + 1e-9 * a.abs().max(b.abs())
 }
