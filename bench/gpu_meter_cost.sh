@@ -15,11 +15,7 @@ rounds=${2:-2}
 window=${3:-30}
 baseline=${4:-}
 
-python3 -c "import torch,time
-x=torch.rand(4096,4096,device='cuda')
-end=time.time()+$((rounds * 3 * (window + 8) + 20))
-while time.time()<end:
-    y=x@x; torch.cuda.synchronize()" &
+python3 bench/cuda_load.py $((rounds * 3 * (window + 8) + 20)) &
 pids+=($!)
 sleep 8
 

@@ -1,8 +1,9 @@
 # What each NVML query costs, with one and then two CUDA processes on device 0
 # (docs/benchmarks.md "GPU meter"). Needs pynvml (nvidia-ml-py) and torch: python3 bench/nvml_query_cost.py
-import time, subprocess, sys
+import os, time, subprocess, sys
 import pynvml as n
-load = subprocess.Popen([sys.executable, "-c", "import torch,time\nx=torch.rand(4096,4096,device='cuda')\nend=time.time()+40\nwhile time.time()<end:\n    y=x@x; torch.cuda.synchronize()"])
+LOAD = os.path.join(os.path.dirname(os.path.abspath(__file__)), "cuda_load.py")
+load = subprocess.Popen([sys.executable, LOAD, "40"])
 load2 = None
 n.nvmlInit()
 h = n.nvmlDeviceGetHandleByIndex(0)
@@ -38,6 +39,6 @@ for phase in ("one process", "two processes"):
         t("GetProcessUtilization(since newest)", pu, reps=5)
     t("GetUtilizationRates", lambda: n.nvmlDeviceGetUtilizationRates(h))
     if load2 is None:
-        load2 = subprocess.Popen([sys.executable, "-c", "import torch,time\nx=torch.rand(4096,4096,device='cuda')\nend=time.time()+25\nwhile time.time()<end:\n    y=x@x; torch.cuda.synchronize()"])
+        load2 = subprocess.Popen([sys.executable, LOAD, "25"])
         time.sleep(8)
 load.kill(); load2.kill()

@@ -57,11 +57,7 @@ run)
     --monitor.interval 1s >"$out/agent.log" 2>&1 &
   agent=$!
   sleep 4
-  python3 -c 'import torch,time
-x=torch.rand(4096,4096,device="cuda")
-end=time.time()+20
-while time.time()<end:
-    y=x@x; torch.cuda.synchronize()' &
+  python3 bench/cuda_load.py 20 &
   load=$!
   sleep 15
   python3 -c 'import urllib.request as u; print(u.urlopen("http://127.0.0.1:28282/metrics").read().decode())' >"$out/metrics.txt"

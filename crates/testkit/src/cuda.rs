@@ -1,20 +1,12 @@
 //! A real CUDA compute process for the tests that need an NVIDIA GPU (the NVML meter's and the
-//! agent's). It is `python3` with PyTorch multiplying matrices, or the command in
+//! agent's). It is `python3` with PyTorch running `bench/cuda_load.py`, or the command in
 //! `KEPLER_CUDA_WORKLOAD` (run with `sh -c`, e.g. a CUDA sample binary), which must keep an SM
 //! busy for the time the test needs.
 
 use std::process::{Child, Command, Stdio};
 
-/// Multiplies 4096×4096 matrices for `seconds`, waiting for each product so the process keeps
-/// waking on the CPU too (a usage source that lists only scheduled processes sees it).
-fn torch_load(seconds: u32) -> String {
-    format!(
-        "import torch,time\n\
-         x=torch.rand(4096,4096,device='cuda')\n\
-         end=time.time()+{seconds}\n\
-         while time.time()<end:\n    y=x@x\n    torch.cuda.synchronize()\n"
-    )
-}
+/// The load itself, shared with the GPU scripts and benches.
+const TORCH_LOAD: &str = include_str!("../../../bench/cuda_load.py");
 
 /// A child process killed and reaped when dropped.
 pub struct Workload(Child);
@@ -64,7 +56,8 @@ pub fn start(seconds: u32) -> Result<Workload, String> {
                 );
             }
             let mut cmd = Command::new("python3");
-            cmd.args(["-c", &torch_load(seconds)]);
+            // With `-c`, the arguments after the program are its `sys.argv[1:]`.
+            cmd.args(["-c", TORCH_LOAD, &seconds.to_string()]);
             cmd
         }
     };
