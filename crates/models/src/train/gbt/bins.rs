@@ -19,6 +19,9 @@ pub(super) struct Binned {
     pub hist_index: Vec<u32>,
     /// `cols[f][row]`: the bin within feature `f`; the row partition reads one feature.
     pub cols: Vec<Vec<u16>>,
+    /// `by_bin[f]`: the rows in order of their bin of feature `f` (rows in order within a
+    /// bin): split on `f`, the rows of its left side come first.
+    pub by_bin: Vec<Vec<u32>>,
     /// Lower bound of each bin, per feature.
     pub lower: Vec<Vec<f32>>,
     /// Where each feature's bins start in a node histogram; the last entry is its length.
@@ -52,6 +55,30 @@ fn bin_of(lower: &[f32], v: f32) -> usize {
     lower.partition_point(|l| *l <= v).saturating_sub(1)
 }
 
+/// Row indices in order of their bin in `col` (a counting sort: stable).
+fn rows_by_bin(col: &[u16], bins: usize) -> Vec<u32> {
+    let mut start = vec![0usize; bins + 1];
+    for b in col {
+        if let Some(c) = start.get_mut(usize::from(*b) + 1) {
+            *c += 1;
+        }
+    }
+    for i in 1..start.len() {
+        start[i] += start[i - 1];
+    }
+    let mut out = vec![0u32; col.len()];
+    for (r, b) in col.iter().enumerate() {
+        if let Some(at) = start.get_mut(usize::from(*b)) {
+            if let Some(slot) = out.get_mut(*at) {
+                // Fits: rows are indexed by u32 throughout.
+                *slot = r as u32;
+            }
+            *at += 1;
+        }
+    }
+    out
+}
+
 impl Binned {
     /// Bins `cols` (features, each `n_rows` long); `max_bin` is clamped to 2..=65536.
     pub fn new(cols: &[Vec<f32>], n_rows: usize, max_bin: usize) -> Binned {
@@ -83,10 +110,16 @@ impl Binned {
                 hist_index[i * n_features + f] = (off + usize::from(*b)) as u32;
             }
         }
+        let by_bin = binned
+            .iter()
+            .zip(&lower)
+            .map(|(col, lo)| rows_by_bin(col, lo.len()))
+            .collect();
         Binned {
             n_rows,
             n_features,
             hist_index,
+            by_bin,
             cols: binned,
             lower,
             offset,

@@ -5,7 +5,8 @@
 use std::collections::VecDeque;
 
 use super::bins::Binned;
-use super::grow::{quantize, Pack};
+use super::grow::Pack;
+use super::quant::quantize;
 use super::{fit, Booster, GbtParams, Tree};
 
 /// A split: its gain in q units, and its rows.
@@ -34,7 +35,7 @@ fn reference_fit(cols: &[Vec<f64>], y: &[f64], p: &GbtParams) -> Booster {
     for _ in 0..p.n_trees {
         let grad: Vec<f64> = pred.iter().zip(y).map(|(p, y)| p - y).collect();
         let pack = Pack::for_rows(n);
-        let unit = quantize(&grad, pack, &mut q);
+        let unit = quantize(&grad, pack, &mut q, false);
         let q: Vec<i64> = q.iter().map(|v| pack.q(*v)).collect();
         let mut t = Tree::default();
         let sum = |rows: &[usize]| rows.iter().map(|r| q[*r]).sum::<i64>();
@@ -190,7 +191,7 @@ fn quantized_gradients_sum_exactly_within_range() {
         let grad: Vec<f64> = (0..1000).map(|_| (rng.unit() - 0.5) * scale).collect();
         let pack = Pack::for_rows(grad.len());
         let mut packed = Vec::new();
-        let unit = quantize(&grad, pack, &mut packed);
+        let unit = quantize(&grad, pack, &mut packed, false);
         // Any subset's packed sum holds its gradient sum and its count, exactly.
         let total = packed.iter().try_fold(0i64, |s, v| s.checked_add(v.abs()));
         assert!(total.is_some(), "scale {scale}");
@@ -216,9 +217,9 @@ fn quantized_gradients_sum_exactly_within_range() {
     }
     let pack = Pack::for_rows(3);
     let mut q = Vec::new();
-    assert_eq!(quantize(&[0.0, 0.0], pack, &mut q), 1.0);
+    assert_eq!(quantize(&[0.0, 0.0], pack, &mut q, false), 1.0);
     assert_eq!(q, [1, 1]);
-    quantize(&[f64::NAN, f64::INFINITY, 2.0], pack, &mut q);
+    quantize(&[f64::NAN, f64::INFINITY, 2.0], pack, &mut q, false);
     assert_eq!(&q[..2], &[1, 1]);
     assert!(pack.q(q[2]) > 0);
 }
