@@ -262,13 +262,8 @@ mod tests {
         // Three features: two continuous ones binned by quantiles (16 bins for 600 rows),
         // one with 5 values searched exactly; a noisy nonlinear target.
         let n = 600;
-        let mut seed = 0x9e37_79b9_7f4a_7c15u64;
-        let mut next = || {
-            seed = seed
-                .wrapping_mul(6364136223846793005)
-                .wrapping_add(1442695040888963407);
-            (seed >> 11) as f64 / (1u64 << 53) as f64
-        };
+        let mut rng = reference::Rng(0x9e37_79b9_7f4a_7c15u64);
+        let mut next = || rng.unit();
         let cols: Vec<Vec<f64>> = vec![
             (0..n).map(|_| next() * 1e9).collect(),
             (0..n).map(|_| (next() * 5.0).floor()).collect(),

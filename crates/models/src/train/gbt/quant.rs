@@ -114,13 +114,8 @@ mod tests {
 
     #[test]
     fn both_packings_agree() {
-        let mut seed = 0x1234_5678_9abc_def1u64;
-        let mut next = || {
-            seed = seed
-                .wrapping_mul(6364136223846793005)
-                .wrapping_add(1442695040888963407);
-            (seed >> 11) as f64 / (1u64 << 53) as f64
-        };
+        let mut rng = crate::train::gbt::reference::Rng(0x1234_5678_9abc_def1u64);
+        let mut next = || rng.unit();
         let avx2 = super::super::scan::avx2_available();
         for case in 0..200 {
             let n = case % 37 + 1;

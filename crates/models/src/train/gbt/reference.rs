@@ -120,15 +120,27 @@ fn reference_fit(cols: &[Vec<f64>], y: &[f64], p: &GbtParams) -> Booster {
     }
 }
 
-struct Rng(u64);
+/// A seeded generator for the trees' tests (Knuth's MMIX LCG): reproducible cases without a
+/// dependency.
+pub(super) struct Rng(pub u64);
 
 impl Rng {
-    fn unit(&mut self) -> f64 {
+    fn step(&mut self) -> u64 {
         self.0 = self
             .0
             .wrapping_mul(6364136223846793005)
             .wrapping_add(1442695040888963407);
-        (self.0 >> 11) as f64 / (1u64 << 53) as f64
+        self.0
+    }
+
+    /// Uniform in [0, 1).
+    pub(super) fn unit(&mut self) -> f64 {
+        (self.step() >> 11) as f64 / (1u64 << 53) as f64
+    }
+
+    /// Uniform in [0, m) (0 when m is 0).
+    pub(super) fn below(&mut self, m: u64) -> u64 {
+        (self.step() >> 33) % m.max(1)
     }
 }
 

@@ -331,17 +331,7 @@ mod x86 {
 mod tests {
     use super::*;
 
-    struct Rng(u64);
-
-    impl Rng {
-        fn below(&mut self, m: u64) -> u64 {
-            self.0 = self
-                .0
-                .wrapping_mul(6364136223846793005)
-                .wrapping_add(1442695040888963407);
-            (self.0 >> 33) % m.max(1)
-        }
-    }
+    use crate::train::gbt::reference::Rng;
 
     /// Every candidate scored on its own, no shortcuts.
     fn naive(bins: &[i64], node: Node, inv: &[f64]) -> Found {
