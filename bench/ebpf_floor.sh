@@ -63,8 +63,7 @@ sysctl -q kernel.bpf_stats_enabled=1
 # "run_time_ns run_cnt" of the sched_switch program held by loader PID.
 sample() {
   local ids
-  ids=$(grep -h '^prog_id:' /proc/"$1"/fdinfo/* 2>/dev/null | awk '{print $2}' | sort -u |
-    jq -Rs '[splits("\n") | select(length > 0) | tonumber]')
+  ids=$(bpf_prog_ids "$1")
   bpftool prog show -j | jq -r --argjson ids "$ids" '.[] | select(.id as $i | $ids | index($i))
     | select(.name == "floor_switch" or .name == "kepler_switch")
     | "\(.run_time_ns // 0) \(.run_cnt // 0)"'

@@ -10,6 +10,7 @@
 set -euo pipefail
 secs=${1:-10}
 cd "$(dirname "$0")/.."
+source bench/lib.sh
 
 for tool in bpftool jq perl stress-ng; do
     command -v "$tool" >/dev/null || { echo "needs $tool" >&2; exit 2; }
@@ -22,12 +23,12 @@ if [ -z "${HOLD:-}" ]; then
 fi
 
 old_stats=$(sysctl -n kernel.bpf_stats_enabled)
-log=$(mktemp)
+log=$tmp/hold.log
 hold_pid=
 cleanup() {
     [ -n "$hold_pid" ] && kill "$hold_pid" 2>/dev/null || true
     sysctl -q kernel.bpf_stats_enabled="$old_stats"
-    rm -f "$log"
+    bench_cleanup
 }
 trap cleanup EXIT
 sysctl -q kernel.bpf_stats_enabled=1
@@ -39,10 +40,8 @@ hold_pid=$!
 for _ in $(seq 100); do grep -q '^ready' "$log" && break; sleep 0.1; done
 grep -q '^ready' "$log" || { cat "$log" >&2; exit 1; }
 
-# The programs the hold process loaded (other agents or tests may have kepler_* loaded too):
-# the ids behind its program and link descriptors.
-ids=$(grep -h '^prog_id:' /proc/"$hold_pid"/fdinfo/* 2>/dev/null | awk '{print $2}' | sort -u |
-    jq -Rs '[splits("\n") | select(length > 0) | tonumber]')
+# The programs the hold process loaded.
+ids=$(bpf_prog_ids "$hold_pid")
 
 # "name run_time_ns run_cnt" of those programs.
 sample() {

@@ -19,3 +19,10 @@ fake_powercap() {
   echo 0 >"$pkg/energy_uj"
   echo "$pkg"
 }
+
+# The ids, as a JSON array, of the BPF programs PID holds through its program and link
+# descriptors: other agents or tests on the machine may have programs of the same name loaded.
+bpf_prog_ids() {
+  grep -h '^prog_id:' /proc/"$1"/fdinfo/* 2>/dev/null | awk '{print $2}' | sort -u |
+    jq -Rs '[splits("\n") | select(length > 0) | tonumber]'
+}
