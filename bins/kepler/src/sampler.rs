@@ -164,8 +164,24 @@ impl Sampler {
             ?interval,
             "tick"
         );
-        self.previous_usage = Some(usage);
+        // The processes of the previous snapshot are read only to compute features; without
+        // them, keeping its per-process list until the next tick would double the memory
+        // that follows the process count (thousands of exited processes a tick under churn).
+        self.previous_usage = Some(if self.wants_features() {
+            usage
+        } else {
+            UsageSnapshot {
+                processes: Vec::new(),
+                ..usage
+            }
+        });
         Ok(snapshot)
+    }
+
+    /// Whether any tick computes features: fixed for a run (which meters estimate does not
+    /// change, nor the export setting).
+    fn wants_features(&self) -> bool {
+        self.export_features || self.meters.iter().any(|s| s.meter.needs_features())
     }
 
     /// The interval's features, computed once: the node's rates for the meters that need them,

@@ -199,6 +199,58 @@ fn a_reused_pid_replaces_the_ended_process() {
     assert_eq!(s.processes[0].state, WorkloadState::Running);
 }
 
+/// A late report of an ended process comes from its exit record alone (no exe, another comm):
+/// the series it ended as keeps its labels.
+#[test]
+fn a_late_report_of_an_ended_process_keeps_its_description() {
+    let mut a = Attributor::new(AttributionConfig {
+        idle: IdlePolicy::Ratio,
+        terminated: TerminatedPolicy {
+            retention: Duration::from_secs(100),
+            max: None,
+            min_energy: MicroJoules(0),
+        },
+    });
+    let alive = Arc::new(ProcessInfo {
+        comm: "server".into(),
+        exe: "/usr/bin/server".into(),
+        ..ProcessInfo::default()
+    });
+    let from_exit_record = Arc::new(ProcessInfo {
+        comm: "worker".into(),
+        ..ProcessInfo::default()
+    });
+    let tick = |a: &mut Attributor, uptime, procs: Vec<(u64, Arc<ProcessInfo>, bool)>| {
+        let mut u = usage(
+            uptime,
+            uptime - 100,
+            procs
+                .iter()
+                .map(|(cpu, i, _)| (7, 1, *cpu, i.clone()))
+                .collect(),
+        );
+        for (p, (_, _, exited)) in u.processes.iter_mut().zip(&procs) {
+            p.exited = *exited;
+        }
+        a.tick(Tick {
+            usage: &u,
+            energy: Some(&[zone("package", 1_000_000)]),
+            interval: Duration::from_secs(1),
+        })
+    };
+    tick(&mut a, 100, vec![(0, alive.clone(), false)]);
+    let s = tick(&mut a, 101, vec![(500, alive.clone(), true)]);
+    assert_eq!(s.processes[0].state, WorkloadState::Terminated);
+    let s = tick(&mut a, 102, vec![(600, from_exit_record.clone(), true)]);
+    assert_eq!(s.processes.len(), 1);
+    assert_eq!(s.processes[0].info.exe, "/usr/bin/server");
+    assert_eq!(s.processes[0].info.comm, "server");
+    assert_eq!(s.processes[0].cpu_time, Duration::from_millis(600));
+    // A live process's description follows the source (a process that exec'd).
+    let s = tick(&mut a, 103, vec![(700, from_exit_record.clone(), false)]);
+    assert_eq!(s.processes[0].info.comm, "worker");
+}
+
 #[test]
 fn sources_counting_from_their_start_credit_a_late_first_sighting() {
     let i = info(None, None);

@@ -18,9 +18,15 @@ use kepler_core::{ProcessInfo, ProcessKey, ProcessUsage, TaskCounters};
 use self::recent::Recent;
 use crate::abi::{ExitRecord, TaskTotals};
 
-/// Snapshots an exited process's totals are kept, to merge late pieces of the same group.
-/// Also how many snapshots a known process may be missing from the map before it is forgotten.
-const ENDED_TTL: u32 = 3;
+/// Snapshots an exited process's totals are kept after its report, to merge late pieces of the
+/// same group: one, the same hold the attribution gives an ended process it hides (kepler-core
+/// `attribution::retention`). A piece merged later than the attribution's hold would be a
+/// cumulative total for a key it no longer knows, counted again from zero; reported on its own
+/// instead, it counts once. Under churn every exit is held this long, so each snapshot more
+/// held thousands of totals and descriptions (megabytes at 1,000 exits a second).
+const ENDED_TTL: u32 = 1;
+/// Snapshots a known process may be missing from the map before it is forgotten.
+const KNOWN_TTL: u32 = 3;
 /// Exited groups held while snapshots fail (one drain of a 256 KiB ring is at most ~1.9k):
 /// beyond this, new ones are dropped and counted rather than held without bound.
 const MAX_PENDING: usize = 1 << 16;
@@ -73,13 +79,14 @@ pub(crate) trait Host: Keys {
         removed.extend(tgids.iter().copied().filter(|&tgid| self.delete(tgid)));
     }
     /// Describes a process (from /proc while it lives, else from `totals` and what its exit
-    /// record adds), its workload classified and its cgroup id set from `totals`.
+    /// record adds), its workload classified and its cgroup id set from `totals`. Processes
+    /// described alike may share one description.
     fn describe(
         &mut self,
         key: ProcessKey,
         totals: &TaskTotals,
         exit: Option<&ExitInfo>,
-    ) -> ProcessInfo;
+    ) -> Arc<ProcessInfo>;
 }
 
 /// What an exit record adds to the totals.
@@ -200,11 +207,11 @@ pub(crate) struct Reconciler {
     gc_cursor: u32,
     /// Snapshots merged so far (failed ones are not: they saw nothing).
     steps: u64,
-    /// Scratch space of a step, kept allocated: the exited groups it reports (`pending`
-    /// swapped in), the live tasks with their running stretches, and the idle tgids the
-    /// collection of gone processes picks from. Each grows with the process count; made
-    /// afresh every snapshot they were blocks above glibc's mmap threshold, faulted in anew.
-    exited: Exits,
+    /// Scratch space of a step, kept allocated: the live tasks with their running stretches,
+    /// and the idle tgids the collection of gone processes picks from. Each grows with the
+    /// process count; made afresh every snapshot they were blocks above glibc's mmap
+    /// threshold, faulted in anew. (`pending` is taken for the step and given back empty,
+    /// its allocation kept: one table of exits, not one filling while another is reported.)
     tasks: Vec<(u32, TaskTotals, u64)>,
     idle: Vec<u32>,
     /// Entries the kernel marked exited, and those of them this snapshot removed.
@@ -223,7 +230,6 @@ impl Reconciler {
             pending_lost: 0,
             gc_cursor: 0,
             steps: 0,
-            exited: FastMap::default(),
             tasks: Vec::new(),
             idle: Vec::new(),
             marked: Vec::new(),
@@ -272,9 +278,7 @@ impl Reconciler {
     pub(crate) fn step(&mut self, host: &mut impl Host, observed: &mut Observed) -> Step {
         self.steps += 1;
         let Observed { live, running } = observed;
-        let mut exited = std::mem::take(&mut self.exited);
-        exited.clear();
-        std::mem::swap(&mut exited, &mut self.pending);
+        let mut exited = std::mem::take(&mut self.pending);
         let mut gone = self.collect_gone(host, live);
         let gc_removed = gone.len() as u64;
         for (key, t) in gone.drain(..) {
@@ -318,13 +322,13 @@ impl Reconciler {
             processes.push(self.exited_usage(host, key, piece, &exit));
         }
         trim_map(&mut exited, n_exited);
-        self.exited = exited;
+        self.pending = exited;
 
         self.ended.advance();
         // Processes that left the map without a record we saw (map full, GC elsewhere).
         let n = self.steps;
         self.known
-            .retain(|_, k| n.saturating_sub(k.seen) < u64::from(ENDED_TTL));
+            .retain(|_, k| n.saturating_sub(k.seen) < u64::from(KNOWN_TTL));
         Step {
             processes,
             gc_removed,
@@ -346,13 +350,13 @@ impl Reconciler {
                 // Described again when it moved to another cgroup (e.g. a runtime placing a
                 // container's first process after forking it); what was reported stays.
                 if t.cgroup_id != 0 && k.cgroup_id != t.cgroup_id {
-                    k.info = Arc::new(host.describe(key, t, None));
+                    k.info = host.describe(key, t, None);
                     k.cgroup_id = t.cgroup_id;
                 }
                 k
             }
             Entry::Vacant(v) => v.insert(Known {
-                info: Arc::new(host.describe(key, t, None)),
+                info: host.describe(key, t, None),
                 cgroup_id: t.cgroup_id,
                 seen: n,
                 last_cpu_ns: t.cpu_ns,
@@ -391,7 +395,7 @@ impl Reconciler {
                 let info = match known {
                     // Described while alive: /proc told more (exe, cmdline) than BPF can.
                     Some(k) if !k.info.comm.is_empty() || exit.comm.is_empty() => k.info,
-                    _ => Arc::new(host.describe(key, &piece, Some(exit))),
+                    _ => host.describe(key, &piece, Some(exit)),
                 };
                 (piece, info, reported)
             }

@@ -19,7 +19,7 @@ use crate::cgroups::{cgroup2_mount, cgroup_v1_mount, CgroupResolver};
 use crate::loader::{self, Probes};
 use crate::map_batch::{BatchError, BatchMap};
 use crate::map_read::{LoadedTasks, TaskReader};
-use crate::reconcile::{ExitInfo, Host, Keys, Measured, Observed, Reconciler};
+use crate::reconcile::{ExitInfo, FastMap, Host, Keys, Measured, Observed, Reconciler};
 use crate::{proc, EbpfSettings, EbpfStats};
 
 /// Usage from the BPF programs: every thread group's CPU time since load, exited ones once.
@@ -38,6 +38,8 @@ pub struct EbpfSource {
     reconciler: Reconciler,
     /// This snapshot's map readings, kept allocated from one snapshot to the next.
     observed: Observed,
+    /// This snapshot's descriptions of gone processes (see [`Gone`]).
+    gone_descriptions: FastMap<Gone, Arc<ProcessInfo>>,
     reader: TaskReader,
     stats: Arc<EbpfStats>,
 }
@@ -51,6 +53,35 @@ impl Keys for ProcfsReader {
     }
 }
 
+/// Everything a gone process's description is made of: the comm its exit record kept (as
+/// the kernel's 16 bytes), its cgroup ids and whether it was a kernel thread. Processes gone
+/// alike share one description within a snapshot: under churn thousands a snapshot differ
+/// only by pid, and one description each was most of the agent's memory at 1,000 exits a
+/// second (they live until the attribution forgets the process).
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+struct Gone {
+    comm: [u8; 16],
+    cpu_cgroup_id: u64,
+    cgroup_id: u64,
+    kernel_thread: bool,
+}
+
+impl Gone {
+    /// `None` for a comm longer than the kernel's (one whose bytes were not valid UTF-8 and
+    /// grew when made a `String`): such a process gets a description of its own.
+    fn new(t: &TaskTotals, exit: Option<&ExitInfo>) -> Option<Gone> {
+        let name = exit.map_or("", |e| e.comm.as_str()).as_bytes();
+        let mut comm = [0u8; 16];
+        comm.get_mut(..name.len())?.copy_from_slice(name);
+        Some(Gone {
+            comm,
+            cpu_cgroup_id: exit.map_or(0, |e| e.cpu_cgroup_id),
+            cgroup_id: t.cgroup_id,
+            kernel_thread: t.flags & TaskTotals::KERNEL_THREAD != 0,
+        })
+    }
+}
+
 /// The host as the reconciliation sees it during one snapshot: /proc, the cgroup trees, the
 /// classifier and the process map, borrowed from the source.
 struct Io<'a> {
@@ -60,11 +91,21 @@ struct Io<'a> {
     cpu_cgroups: &'a mut CgroupResolver,
     /// `None` if the map is missing: then nothing is collected.
     tasks: Option<&'a mut Map>,
+    gone_descriptions: &'a mut FastMap<Gone, Arc<ProcessInfo>>,
 }
 
 impl Keys for Io<'_> {
     fn key(&self, tgid: u32, start_ns: u64) -> ProcessKey {
         self.procfs.key(tgid, start_ns)
+    }
+}
+
+impl Io<'_> {
+    /// `info` with its cgroup id set from `t` and its workload classified.
+    fn classified(&self, key: ProcessKey, t: &TaskTotals, mut info: ProcessInfo) -> ProcessInfo {
+        info.cgroup_id = (t.cgroup_id != 0).then_some(t.cgroup_id);
+        info.workload = self.classifier.classify_process(key.pid, &info);
+        info
     }
 }
 
@@ -116,7 +157,7 @@ impl Host for Io<'_> {
         key: ProcessKey,
         t: &TaskTotals,
         exit: Option<&ExitInfo>,
-    ) -> ProcessInfo {
+    ) -> Arc<ProcessInfo> {
         // An exit record comes from the group's last switch: the process is gone, or a zombie
         // whose /proc says no more than the record (no cmdline, same comm and cgroup). Looking
         // it up anyway cost a failed open per short-lived process, the largest part of the
@@ -125,24 +166,28 @@ impl Host for Io<'_> {
             Some(_) => None,
             None => self.procfs.describe(key.pid).filter(|d| d.key == key),
         };
-        let mut info = match from_proc {
-            Some(d) => d.info,
-            None => {
-                let cpu_path = exit
-                    .filter(|e| e.cpu_cgroup_id != 0)
-                    .and_then(|e| self.cpu_cgroups.resolve(e.cpu_cgroup_id))
-                    .filter(|p| &**p != "/");
-                let path = cpu_path.or_else(|| self.cgroups.resolve(t.cgroup_id));
-                ProcessInfo {
-                    comm: exit.map(|e| e.comm.clone()).unwrap_or_default(),
-                    cgroup_path: path.map(|p| p.to_string()).unwrap_or_default(),
-                    kernel_thread: t.flags & TaskTotals::KERNEL_THREAD != 0,
-                    ..Default::default()
-                }
-            }
+        if let Some(d) = from_proc {
+            return Arc::new(self.classified(key, t, d.info));
+        }
+        let alike = Gone::new(t, exit);
+        if let Some(info) = alike.and_then(|g| self.gone_descriptions.get(&g)) {
+            return info.clone();
+        }
+        let cpu_path = exit
+            .filter(|e| e.cpu_cgroup_id != 0)
+            .and_then(|e| self.cpu_cgroups.resolve(e.cpu_cgroup_id))
+            .filter(|p| &**p != "/");
+        let path = cpu_path.or_else(|| self.cgroups.resolve(t.cgroup_id));
+        let info = ProcessInfo {
+            comm: exit.map(|e| e.comm.clone()).unwrap_or_default(),
+            cgroup_path: path.map(|p| p.to_string()).unwrap_or_default(),
+            kernel_thread: t.flags & TaskTotals::KERNEL_THREAD != 0,
+            ..Default::default()
         };
-        info.cgroup_id = (t.cgroup_id != 0).then_some(t.cgroup_id);
-        info.workload = self.classifier.classify_process(key.pid, &info);
+        let info = Arc::new(self.classified(key, t, info));
+        if let Some(g) = alike {
+            self.gone_descriptions.insert(g, info.clone());
+        }
         info
     }
 }
@@ -183,6 +228,7 @@ impl EbpfSource {
             cpu_cgroups: CgroupResolver::new(cpu_root),
             reconciler: Reconciler::new(measured),
             observed: Observed::default(),
+            gone_descriptions: FastMap::default(),
             reader: TaskReader::default(),
             stats: Arc::new(EbpfStats::default()),
         })
@@ -347,8 +393,14 @@ impl UsageSource for EbpfSource {
             cgroups: &mut self.cgroups,
             cpu_cgroups: &mut self.cpu_cgroups,
             tasks,
+            gone_descriptions: &mut self.gone_descriptions,
         };
         let step = self.reconciler.step(&mut io, &mut self.observed);
+        // Kept one snapshot only: cgroup paths and classifications are looked at afresh in
+        // each, and a description does not outlive the processes that share it.
+        let described = self.gone_descriptions.len();
+        self.gone_descriptions.clear();
+        crate::reconcile::trim_map(&mut self.gone_descriptions, described);
         let live = self.observed.live.len();
         crate::reconcile::trim_map(&mut self.observed.live, live);
         self.stats
@@ -528,6 +580,7 @@ mod tests {
             cgroups: &mut src.cgroups,
             cpu_cgroups: &mut src.cpu_cgroups,
             tasks: src.ebpf.map_mut(names::TASKS),
+            gone_descriptions: &mut src.gone_descriptions,
         };
         let mut removed = Vec::new();
         io.delete_each(&tgids, &mut removed);
@@ -545,10 +598,11 @@ mod tests {
         }
         let mut src = bare_source();
         src.snapshot().unwrap();
-        // As the kernel leaves them when the exit ring is full.
+        // As the kernel leaves them when the exit ring is full; two cgroups.
         const N: u32 = 500;
         let marked = |i: u32| TaskTotals {
             start_ns: 1_000_000_000,
+            cgroup_id: u64::from(i % 2) + 1,
             cpu_ns: 1_000_000 * u64::from(i + 1),
             flags: TaskTotals::EXITED,
             ..Default::default()
@@ -572,6 +626,18 @@ mod tests {
             .map(|i| (u32::MAX - i, marked(i).cpu_ns, true))
             .collect();
         assert_eq!(got, expected);
+        // Gone alike, described once: one description per cgroup, shared.
+        let mut descriptions: Vec<(*const ProcessInfo, Option<u64>)> = snap
+            .processes
+            .iter()
+            .filter(|p| p.key.pid > u32::MAX - N)
+            .map(|p| (Arc::as_ptr(&p.info), p.info.cgroup_id))
+            .collect();
+        descriptions.sort_unstable();
+        descriptions.dedup();
+        let mut cgroups: Vec<Option<u64>> = descriptions.iter().map(|d| d.1).collect();
+        cgroups.sort_unstable();
+        assert_eq!(cgroups, [Some(1), Some(2)], "{descriptions:?}");
         assert_eq!(src.stats.gc_removed.load(Ordering::Relaxed), u64::from(N));
         let tasks = tasks(&mut src);
         assert!((0..N).all(|i| tasks.get(&(u32::MAX - i), 0).is_err()));

@@ -138,6 +138,11 @@ pub struct Attributor {
     previous_uptime: Option<Duration>,
     zones: Vec<NodeZoneState>,
     processes: FastMap<ProcessKey, ProcessEntry>,
+    /// Hidden processes listed in the last tick, by key: the CPU time they were last read at,
+    /// all a late report of one needs (its part then goes to the hidden energy too). Held
+    /// apart so that under churn the thousands of them a tick cost a few bytes each, not a
+    /// whole entry, and the exported table holds only what it exports.
+    held: FastMap<ProcessKey, Duration>,
     containers: FastMap<String, Workload<groups::ContainerGroup>>,
     pods: FastMap<String, Workload<Arc<PodRef>>>,
     vms: FastMap<String, Workload<groups::VmGroup>>,
@@ -170,6 +175,7 @@ impl Attributor {
             previous_uptime: None,
             zones: Vec::new(),
             processes: FastMap::default(),
+            held: FastMap::default(),
             containers: FastMap::default(),
             pods: FastMap::default(),
             vms: FastMap::default(),

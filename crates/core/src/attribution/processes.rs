@@ -46,16 +46,19 @@ impl Attributor {
                             ended_with_reused_pid.push(old);
                         }
                     }
+                    // A late report of a process hidden last tick: it stays hidden, and
+                    // counts from where it was read last.
+                    let held = self.held.remove(&process.key);
                     e.insert(ProcessEntry {
                         info: process.info.clone(),
                         energy_tick: 0,
-                        last_cpu_time: if counts_fully {
-                            Duration::ZERO
-                        } else {
-                            process.cpu_time
+                        last_cpu_time: match held {
+                            Some(last) => last,
+                            None if counts_fully => Duration::ZERO,
+                            None => process.cpu_time,
                         },
                         workload: Workload::new(()),
-                        hidden: false,
+                        hidden: held.is_some(),
                     })
                 }
             };
@@ -64,7 +67,11 @@ impl Attributor {
             entry.last_cpu_time = entry.last_cpu_time.max(process.cpu_time);
             entry.workload.cpu_time = entry.last_cpu_time;
             entry.workload.seen_tick = tick;
-            if !Arc::ptr_eq(&entry.info, &process.info) {
+            // A late report of an ended process (a leftover piece, described from its exit
+            // record alone) keeps the description it ended with: its labels stay those of
+            // its series.
+            let late_exit = process.exited && entry.workload.ended_at.is_some();
+            if !late_exit && !Arc::ptr_eq(&entry.info, &process.info) {
                 entry.info = process.info.clone();
             }
             entry.workload.ended_at = process.exited.then_some(usage.uptime);

@@ -36,7 +36,7 @@ impl Attributor {
         let before = self.processes.len();
         // An ended process listed this tick stays one tick more even when hidden, so that a
         // late report of it (an exit record after its live entry) finds its entry and adds
-        // only the CPU time not counted yet.
+        // only the CPU time not counted yet; a hidden one stays in `held` (below).
         self.processes.retain(|_, p| {
             let w = &p.workload;
             w.ended_at.is_none()
@@ -47,6 +47,7 @@ impl Attributor {
             self.cap_ended(max);
         }
         self.account_hidden(interval);
+        self.hold_hidden();
         if self.processes.len() != before {
             let processes = &self.processes;
             self.latest_by_pid
@@ -108,6 +109,29 @@ impl Attributor {
             if !listed {
                 self.processes.remove(key);
             }
+        }
+    }
+
+    /// Moves the hidden processes listed this tick to `held`, where those of the last tick
+    /// expire: only a late report in the next tick can still name them.
+    /// Every hidden process left is one listed this tick (the others went in `prune`), so
+    /// this tick's listings of ended or hidden processes name them all.
+    fn hold_hidden(&mut self) {
+        self.held.clear();
+        for &i in &self.listed_ended {
+            let Some(key) = self.keys.get(i) else {
+                continue;
+            };
+            if !self.processes.get(key).is_some_and(|p| p.hidden) {
+                continue;
+            }
+            if let Some(p) = self.processes.remove(key) {
+                self.held.insert(*key, p.last_cpu_time);
+            }
+        }
+        let used = self.held.len();
+        if self.held.capacity() > 4 * used.max(1024) {
+            self.held.shrink_to(2 * used.max(1024));
         }
     }
 

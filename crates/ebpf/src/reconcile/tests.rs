@@ -62,19 +62,19 @@ impl Host for Fake {
         key: ProcessKey,
         totals: &TaskTotals,
         exit: Option<&ExitInfo>,
-    ) -> ProcessInfo {
+    ) -> Arc<ProcessInfo> {
         self.described.push((key, exit.cloned()));
         let comm = match exit {
             Some(e) => e.comm.clone(),
             None if self.nameless.contains(&key.pid) => String::new(),
             None => format!("p{}", key.pid),
         };
-        ProcessInfo {
+        Arc::new(ProcessInfo {
             comm,
             cgroup_path: format!("/cg/{}", totals.cgroup_id),
             cgroup_id: (totals.cgroup_id != 0).then_some(totals.cgroup_id),
             ..Default::default()
-        }
+        })
     }
 }
 
@@ -229,11 +229,10 @@ fn exit_record_and_live_entry_of_one_key_in_one_snapshot_report_once() {
         "once, exited, with the description it had while alive"
     );
     assert_eq!(host.descriptions(a), 1);
-    // The late piece: still not live; its exit record adds to the group's totals.
-    let step = rec.step(&mut host, &mut live(&[(7, totals(SEC, 10))]));
-    assert!(reports(&step, a).is_empty());
+    // The next snapshot: the leftover entry is still not live, and the late piece's exit
+    // record adds to the group's totals.
     rec.queue_exits(&host, [record(7, SEC, 10, "worker")]);
-    let step = rec.step(&mut host, &mut Observed::default());
+    let step = rec.step(&mut host, &mut live(&[(7, totals(SEC, 10))]));
     assert_eq!(reports(&step, a), [(310, true, "p7".into())]);
 }
 
@@ -386,6 +385,27 @@ fn ended_entries_take_late_pieces_until_their_ttl_runs_out() {
     assert_eq!(host.descriptions(a), 2);
 }
 
+/// The attribution holds an ended process it hides for one snapshot after its report; a piece
+/// merged into the group's total after that would reach it as a cumulative total for a key it
+/// forgot, and count the whole group again.
+#[test]
+fn a_piece_later_than_the_attributions_hold_is_reported_on_its_own() {
+    let mut host = Fake::default();
+    let mut rec = reconciler();
+    let a = key(7, SEC);
+    rec.queue_exits(&host, [record(7, SEC, 100, "w")]);
+    rec.step(&mut host, &mut Observed::default());
+    // The next snapshot: still merged.
+    rec.queue_exits(&host, [record(7, SEC, 5, "w")]);
+    let step = rec.step(&mut host, &mut Observed::default());
+    assert_eq!(reports(&step, a), [(105, true, "w".into())]);
+    // One snapshot without news, then another piece: on its own.
+    rec.step(&mut host, &mut Observed::default());
+    rec.queue_exits(&host, [record(7, SEC, 3, "w")]);
+    let step = rec.step(&mut host, &mut Observed::default());
+    assert_eq!(reports(&step, a), [(3, true, "w".into())]);
+}
+
 #[test]
 fn a_reused_tgid_is_another_process() {
     let mut host = Fake::default();
@@ -410,25 +430,25 @@ fn a_reused_tgid_is_another_process() {
 #[test]
 fn known_processes_missing_from_the_map_are_forgotten() {
     let a = key(7, SEC);
-    // Missing for fewer than ENDED_TTL snapshots: still known, not described again, and its
+    // Missing for fewer than KNOWN_TTL snapshots: still known, not described again, and its
     // reading (with a running stretch the later read misses) does not go back.
     let mut host = Fake::default();
     let mut rec = reconciler();
     let mut seen = live(&[(7, totals(SEC, 100))]);
     seen.running.insert((7, SEC), 50);
     rec.step(&mut host, &mut seen);
-    for _ in 1..ENDED_TTL {
+    for _ in 1..KNOWN_TTL {
         rec.step(&mut host, &mut Observed::default());
     }
     let step = rec.step(&mut host, &mut live(&[(7, totals(SEC, 120))]));
     assert_eq!(reports(&step, a), [(150, false, "p7".into())]);
     assert_eq!(host.descriptions(a), 1);
 
-    // Missing for ENDED_TTL snapshots: forgotten, then met as a new process.
+    // Missing for KNOWN_TTL snapshots: forgotten, then met as a new process.
     let mut host = Fake::default();
     let mut rec = reconciler();
     rec.step(&mut host, &mut live(&[(7, totals(SEC, 100))]));
-    for _ in 0..ENDED_TTL {
+    for _ in 0..KNOWN_TTL {
         rec.step(&mut host, &mut Observed::default());
     }
     rec.step(&mut host, &mut live(&[(7, totals(SEC, 120))]));
@@ -682,7 +702,6 @@ fn a_burst_of_exits_leaves_no_large_tables_behind() {
     for _ in 0..=ENDED_TTL + 1 {
         rec.step(&mut host, &mut Observed::default());
     }
-    assert!(rec.exited.capacity() < 20_000, "{}", rec.exited.capacity());
     assert!(
         rec.pending.capacity() < 20_000,
         "{}",
