@@ -122,7 +122,7 @@ fn reference_fit(cols: &[Vec<f64>], y: &[f64], p: &GbtParams) -> Booster {
 
 /// A seeded generator for the trees' tests (Knuth's MMIX LCG): reproducible cases without a
 /// dependency.
-pub(super) struct Rng(pub u64);
+pub(crate) struct Rng(pub u64);
 
 impl Rng {
     fn step(&mut self) -> u64 {
@@ -134,7 +134,7 @@ impl Rng {
     }
 
     /// Uniform in [0, 1).
-    pub(super) fn unit(&mut self) -> f64 {
+    pub(crate) fn unit(&mut self) -> f64 {
         (self.step() >> 11) as f64 / (1u64 << 53) as f64
     }
 
