@@ -7,6 +7,7 @@ use std::collections::VecDeque;
 use super::bins::Binned;
 use super::grow::Pack;
 use super::quant::quantize;
+use super::scan::score;
 use super::{fit, Booster, GbtParams, Tree};
 
 /// A split: its gain in q units, and its rows.
@@ -66,7 +67,8 @@ fn reference_fit(cols: &[Vec<f64>], y: &[f64], p: &GbtParams) -> Booster {
                         continue;
                     }
                     let ql = sum(&left);
-                    let gain = sq(ql) * inv(left.len()) + sq(qs - ql) * inv(right.len());
+                    let (nl, nr) = (left.len() as f64, right.len() as f64);
+                    let gain = score(ql as f64, (qs - ql) as f64, nl, nr, p.lambda);
                     if best.as_ref().is_none_or(|s| gain > s.gain) {
                         best = Some(Candidate {
                             gain,
