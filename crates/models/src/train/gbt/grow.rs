@@ -123,11 +123,36 @@ fn build_hist(hist: &mut [Bin], ranges: &[[u32; 2]], rows: &[u32], data: &Binned
             bins.fill(0);
         }
     }
-    let nf = data.n_features;
+    // The feature count as a constant for the usual groups: each row's adds are then
+    // straight-line code. With a loop of unknown length per row this function took 1.9×
+    // the time on Full (nx12 release harness: 842 vs 454 profile samples, the fit 8 %).
+    match data.n_features {
+        1 => add_rows::<1>(hist, rows, data, q),
+        2 => add_rows::<2>(hist, rows, data, q),
+        3 => add_rows::<3>(hist, rows, data, q),
+        4 => add_rows::<4>(hist, rows, data, q),
+        nf => {
+            for &r in rows {
+                let r = r as usize;
+                let qr = q.get(r).copied().unwrap_or(0);
+                for &b in data.hist_index.get(r * nf..(r + 1) * nf).unwrap_or(&[]) {
+                    if let Some(e) = hist.get_mut(b as usize) {
+                        *e += qr;
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// [`build_hist`]'s adds for `NF` features.
+#[inline(always)]
+fn add_rows<const NF: usize>(hist: &mut [Bin], rows: &[u32], data: &Binned, q: &[i64]) {
     for &r in rows {
         let r = r as usize;
         let qr = q.get(r).copied().unwrap_or(0);
-        let Some(index) = data.hist_index.get(r * nf..(r + 1) * nf) else {
+        let index = data.hist_index.get(r * NF..(r + 1) * NF);
+        let Some(index) = index.and_then(|s| <&[u32; NF]>::try_from(s).ok()) else {
             continue;
         };
         for &b in index {
