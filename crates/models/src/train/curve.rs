@@ -2,7 +2,9 @@
 //!
 //! The grid start is a variable projection: for fixed nonlinear parameters (b; or x0, k) the
 //! curve is linear in the others, which least squares gives exactly, so the grid point with
-//! the lowest error is a start close to the optimum and LM only refines it.
+//! the lowest error is a start close to the optimum and LM only refines it. The logistic's
+//! LM keeps projecting after every pass ([`varpro`]), and its per-row loops are vectorized
+//! ([`kernels`]).
 
 // Index loops here read as the matrix formulas they implement.
 #![allow(clippy::needless_range_loop)]

