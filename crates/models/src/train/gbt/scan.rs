@@ -8,7 +8,7 @@
 //! the same order as the portable loop ([`score`]: one division per candidate over a common
 //! denominator; a lookup of `1 / (h + lambda)` needs gathers, slow on the AMD machines this
 //! runs on), converting counts and gradient sums to `f64` exactly (they are below 2^51, see
-//! [`super::grow::quantize`]), and keeps the first of equal gains. It also returns the
+//! [`super::quant::quantize`]), and keeps the first of equal gains. It also returns the
 //! winner's left sums and the first occupied bin, which the grower used to find with two
 //! more passes over the bins.
 
