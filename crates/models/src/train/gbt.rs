@@ -11,7 +11,7 @@ mod bins;
 mod grow;
 mod quant;
 #[cfg(test)]
-mod reference;
+pub(crate) mod reference;
 mod scan;
 
 use std::sync::{Mutex, PoisonError};

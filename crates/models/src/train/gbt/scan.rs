@@ -5,10 +5,12 @@
 //! version first packs the occupied bins together (an empty bin's split is the same row
 //! split as the next occupied bin's, and deep nodes leave about half the bins of their
 //! range empty), then scores four candidates at a time with the same `f64` operations in
-//! the same order as the portable loop (`1 / (h + lambda)` divided, not looked up: gathers
-//! are slow on the AMD machines this runs on), converting counts and gradient sums to
-//! `f64` exactly (they are below 2^51, see [`super::grow::quantize`]), and keeps the first
-//! of equal gains.
+//! the same order as the portable loop ([`score`]: one division per candidate over a common
+//! denominator; a lookup of `1 / (h + lambda)` needs gathers, slow on the AMD machines this
+//! runs on), converting counts and gradient sums to `f64` exactly (they are below 2^51, see
+//! [`super::quant::quantize`]), and keeps the first of equal gains. It also returns the
+//! winner's left sums and the first occupied bin, which the grower used to find with two
+//! more passes over the bins.
 
 /// The node a feature's bins are scanned for.
 #[derive(Debug, Clone, Copy)]
@@ -21,7 +23,7 @@ pub(super) struct Node {
     pub min_n: i64,
     /// Low bits of a packed bin that hold its count (see `grow::Pack`).
     pub bits: u32,
-    /// L2 penalty: `inv[h]` is `1 / (h + lambda)`.
+    /// L2 penalty on leaf weights.
     pub lambda: f64,
 }
 
@@ -33,6 +35,10 @@ pub(super) struct Found {
     pub gain: f64,
     /// The best split is before this bin, an occupied one (the first of equal gains).
     pub at: usize,
+    /// The packed sums of the bins before `at`: the best split's left side.
+    pub left: i64,
+    /// The first occupied bin (the length when there is none).
+    pub start: usize,
     /// One past the bin where the node's count is reached: its last occupied bin.
     pub end: usize,
 }
@@ -45,9 +51,13 @@ fn grad(v: i64, bits: u32) -> i64 {
     v >> bits
 }
 
-fn sq(q: i64) -> f64 {
-    let v = q as f64;
-    v * v
+/// A candidate's score `ql²/(nl+λ) + qr²/(nr+λ)` (gradient sums, counts, λ), over one
+/// common denominator: one division instead of two (the divisions bounded the scan).
+/// Every scan and the reference grower score with this, in this order of operations.
+#[inline(always)]
+pub(super) fn score(ql: f64, qr: f64, nl: f64, nr: f64, lambda: f64) -> f64 {
+    let (a, b) = (nl + lambda, nr + lambda);
+    (ql * ql * b + qr * qr * a) / (a * b)
 }
 
 /// Fewer bins than this are scanned by the portable loop: the AVX2 one's setup and final
@@ -61,15 +71,8 @@ pub(super) struct Scratch {
     at: Vec<i64>,
 }
 
-/// Scans `bins` (packed sums; an empty bin is 0) of a node; `inv[h]` is
-/// `1 / (h + node.lambda)` for every `h <= node.n`.
-pub(super) fn scan(
-    bins: &[i64],
-    node: Node,
-    inv: &[f64],
-    avx2: bool,
-    scratch: &mut Scratch,
-) -> Found {
+/// Scans `bins` (packed sums; an empty bin is 0) of a node, which hold its rows.
+pub(super) fn scan(bins: &[i64], node: Node, avx2: bool, scratch: &mut Scratch) -> Found {
     #[cfg(target_arch = "x86_64")]
     if avx2 && node.min_n >= 1 && bins.len() >= SHORT {
         // Whole lanes are stored past the last packed bin.
@@ -81,7 +84,7 @@ pub(super) fn scan(
         return unsafe { x86::scan_avx2(bins, node, &mut scratch.sums, &mut scratch.at) };
     }
     let _ = (avx2, scratch);
-    scan_portable(bins, node, inv)
+    scan_portable(bins, node)
 }
 
 /// Whether [`scan`] may take its AVX2 path on this CPU.
@@ -98,11 +101,10 @@ pub(super) fn avx2_available() -> bool {
 
 /// The portable scan: left counts only grow, so the first bins are summed until the left
 /// side is heavy enough, and scoring ends once the right side is too light.
-pub(super) fn scan_portable(bins: &[i64], node: Node, inv: &[f64]) -> Found {
+pub(super) fn scan_portable(bins: &[i64], node: Node) -> Found {
     let Node {
         n, q, min_n, bits, ..
     } = node;
-    let at = |h: i64| inv.get(h as usize).copied().unwrap_or(0.0);
     let len = bins.len();
     let (mut left, mut i) = (0i64, 0usize);
     // A node lighter than two children stops where its count is reached.
@@ -110,18 +112,25 @@ pub(super) fn scan_portable(bins: &[i64], node: Node, inv: &[f64]) -> Found {
         left += bins[i];
         i += 1;
     }
-    let mut top = (f64::NEG_INFINITY, 0usize);
+    let mut top = (f64::NEG_INFINITY, 0usize, 0i64);
     while i < len {
         let (ql, nl) = (grad(left, bits), count(left, bits));
         let nr = n - nl;
         if nr < min_n {
             break;
         }
-        let gain = sq(ql) * at(nl) + sq(q - ql) * at(nr);
+        let gain = score(
+            ql as f64,
+            (q - ql) as f64,
+            nl as f64,
+            nr as f64,
+            node.lambda,
+        );
         // Selects, not a branch: while gains still rise the branch mispredicted often.
         let better = gain > top.0;
         top.0 = if better { gain } else { top.0 };
         top.1 = if better { i } else { top.1 };
+        top.2 = if better { left } else { top.2 };
         left += bins[i];
         i += 1;
     }
@@ -134,6 +143,8 @@ pub(super) fn scan_portable(bins: &[i64], node: Node, inv: &[f64]) -> Found {
     Found {
         gain: top.0,
         at: top.1 + step,
+        left: top.2,
+        start: bins.iter().position(|e| *e != 0).unwrap_or(len),
         end: i,
     }
 }
@@ -200,8 +211,10 @@ mod x86 {
             let four = _mm256_set1_epi64x(4);
             let chunks = bins.chunks_exact(4);
             let tail = chunks.remainder();
+            let mut sum = zero;
             for c in chunks {
                 let x = _mm256_loadu_si256(c.as_ptr().cast());
+                sum = _mm256_add_epi64(sum, x);
                 let empty = _mm256_movemask_pd(_mm256_castsi256_pd(_mm256_cmpeq_epi64(x, zero)));
                 let m = (!empty & 0xF) as usize;
                 let perm = _mm256_loadu_si256(PACK[m].as_ptr().cast());
@@ -213,12 +226,23 @@ mod x86 {
                 k += m.count_ones() as usize;
             }
             let done = bins.len() - tail.len();
+            let mut total = tail.iter().sum::<i64>();
             for (j, b) in tail.iter().enumerate() {
                 *sums.get_unchecked_mut(k) = *b;
                 *at.get_unchecked_mut(k) = (done + j) as i64;
                 k += usize::from(*b != 0);
             }
-            // Whole chunks: the lanes past `k` are masked off below.
+            let mut lanes = [0i64; 4];
+            _mm256_storeu_si256(lanes.as_mut_ptr().cast(), sum);
+            total += lanes.iter().sum::<i64>();
+            // Bins holding other than the node's rows are not what the grower passes; the
+            // loop below relies on it (lanes past the last occupied bin then hold a split
+            // with no rows on the right, which no child minimum admits).
+            if count(total, bits) != n {
+                return super::scan_portable(bins, node);
+            }
+            // Whole chunks: the lanes past `k` read 0.
+            _mm256_storeu_si256(sums.as_mut_ptr().add(k).cast(), zero);
             let chunks = k.div_ceil(4);
 
             let mask = _mm256_set1_epi64x((1i64 << bits) - 1);
@@ -231,21 +255,20 @@ mod x86 {
             let magic = _mm256_set1_pd(MAGIC);
             let two52 = _mm256_set1_pd(TWO52);
             let two52_bits = _mm256_castpd_si256(two52);
-            let one = _mm256_set1_pd(1.0);
             let lam = _mm256_set1_pd(lambda);
             let qf = _mm256_set1_pd(q as f64);
-            let nv = _mm256_set1_epi64x(n);
+            // Exact: counts are far below 2^52.
+            let nf = _mm256_set1_pd(n as f64);
             let below = _mm256_set1_epi64x(min_n - 1);
-            let kv = _mm256_set1_epi64x(k as i64);
+            // `nl < n - min_n + 1`: the right child has at least `min_n` rows.
+            let above = _mm256_set1_epi64x(n - min_n + 1);
             let mut carry = zero;
             let mut best = _mm256_set1_pd(f64::NEG_INFINITY);
             let mut best_at = zero;
+            let mut best_left = zero;
             let mut pos = _mm256_setr_epi64x(0, 1, 2, 3);
-            let mut short = 0usize;
             for j in 0..chunks {
                 let x = _mm256_loadu_si256(sums.as_ptr().add(4 * j).cast());
-                let live = _mm256_cmpgt_epi64(kv, pos);
-                let x = _mm256_and_si256(x, live);
                 // Inclusive prefix sums within the four, then the sums before them.
                 let t = _mm256_permute4x64_epi64::<0x90>(x);
                 let s = _mm256_add_epi64(x, _mm256_blend_epi32::<0b0000_0011>(t, zero));
@@ -255,25 +278,24 @@ mod x86 {
                 let left = _mm256_sub_epi64(incl, x);
                 carry = _mm256_permute4x64_epi64::<0xFF>(incl);
                 let nl = _mm256_and_si256(left, mask);
-                let nr = _mm256_sub_epi64(nv, nl);
                 let ql = _mm256_srl_epi64(_mm256_xor_si256(left, sign), shift);
                 let qlf = _mm256_sub_pd(_mm256_castsi256_pd(_mm256_add_epi64(ql, bias)), magic);
                 // Exact: both are integers of at most 2^51, as is their difference.
                 let qrf = _mm256_sub_pd(qf, qlf);
-                let as_f64 = |v: __m256i| {
-                    _mm256_sub_pd(_mm256_castsi256_pd(_mm256_or_si256(v, two52_bits)), two52)
-                };
-                let il = _mm256_div_pd(one, _mm256_add_pd(as_f64(nl), lam));
-                // `nr` may be negative in lanes masked off: any value will do there.
-                let ir = _mm256_div_pd(one, _mm256_add_pd(as_f64(nr), lam));
-                let gain = _mm256_add_pd(
-                    _mm256_mul_pd(_mm256_mul_pd(qlf, qlf), il),
-                    _mm256_mul_pd(_mm256_mul_pd(qrf, qrf), ir),
+                let nlf =
+                    _mm256_sub_pd(_mm256_castsi256_pd(_mm256_or_si256(nl, two52_bits)), two52);
+                // `score`, four at a time (`n - nl` is exact in `f64`).
+                let a = _mm256_add_pd(nlf, lam);
+                let b = _mm256_add_pd(_mm256_sub_pd(nf, nlf), lam);
+                let gain = _mm256_div_pd(
+                    _mm256_add_pd(
+                        _mm256_mul_pd(_mm256_mul_pd(qlf, qlf), b),
+                        _mm256_mul_pd(_mm256_mul_pd(qrf, qrf), a),
+                    ),
+                    _mm256_mul_pd(a, b),
                 );
-                let ok = _mm256_and_si256(
-                    live,
-                    _mm256_and_si256(_mm256_cmpgt_epi64(nl, below), _mm256_cmpgt_epi64(nr, below)),
-                );
+                let ok =
+                    _mm256_and_si256(_mm256_cmpgt_epi64(nl, below), _mm256_cmpgt_epi64(above, nl));
                 let better = _mm256_and_pd(
                     _mm256_castsi256_pd(ok),
                     _mm256_cmp_pd::<_CMP_GT_OQ>(gain, best),
@@ -284,42 +306,44 @@ mod x86 {
                     _mm256_castsi256_pd(pos),
                     better,
                 ));
-                // Occupied bins before the node's count is reached.
-                let below_n = _mm256_and_si256(live, _mm256_cmpgt_epi64(nv, nl));
-                short += _mm256_movemask_pd(_mm256_castsi256_pd(below_n)).count_ones() as usize;
+                best_left = _mm256_castpd_si256(_mm256_blendv_pd(
+                    _mm256_castsi256_pd(best_left),
+                    _mm256_castsi256_pd(left),
+                    better,
+                ));
                 pos = _mm256_add_epi64(pos, four);
             }
             let mut gains = [0.0f64; 4];
             let mut ats = [0i64; 4];
+            let mut lefts = [0i64; 4];
             _mm256_storeu_pd(gains.as_mut_ptr(), best);
             _mm256_storeu_si256(ats.as_mut_ptr().cast(), best_at);
+            _mm256_storeu_si256(lefts.as_mut_ptr().cast(), best_left);
             // Each lane kept its first best; of lanes with equal gains the lowest wins.
-            let mut top = (f64::NEG_INFINITY, 0usize);
-            for (g, a) in gains.into_iter().zip(ats) {
+            let mut top = (f64::NEG_INFINITY, 0usize, 0i64);
+            for ((g, a), l) in gains.into_iter().zip(ats).zip(lefts) {
                 let a = a as usize;
                 if g > top.0 || (g == top.0 && a < top.1) {
-                    top = (g, a);
+                    top = (g, a, l);
                 }
             }
-            let total = _mm256_extract_epi64::<3>(carry);
-            // The portable scan's end: the first bin with the node's count before it.
-            let end = if count(total, bits) < n || n <= 0 {
-                if n <= 0 {
-                    0
-                } else {
-                    bins.len()
-                }
-            } else {
-                short
-                    .checked_sub(1)
-                    .map_or(0, |j| *at.get_unchecked(j) as usize + 1)
-            };
+            // The portable scan's end: one past the last occupied bin, where the node's
+            // count is reached.
+            let end = k
+                .checked_sub(1)
+                .map_or(0, |j| *at.get_unchecked(j) as usize + 1);
             Found {
                 gain: top.0,
                 at: if k == 0 {
                     0
                 } else {
                     *at.get_unchecked(top.1.min(k - 1)) as usize
+                },
+                left: top.2,
+                start: if k == 0 {
+                    bins.len()
+                } else {
+                    *at.get_unchecked(0) as usize
                 },
                 end,
             }
@@ -334,7 +358,7 @@ mod tests {
     use crate::train::gbt::reference::Rng;
 
     /// Every candidate scored on its own, no shortcuts.
-    fn naive(bins: &[i64], node: Node, inv: &[f64]) -> Found {
+    fn naive(bins: &[i64], node: Node) -> Found {
         let Node {
             n, q, min_n, bits, ..
         } = node;
@@ -349,7 +373,13 @@ mod tests {
             if nl < min_n || n - nl < min_n {
                 continue;
             }
-            let gain = sq(ql) * inv[nl as usize] + sq(q - ql) * inv[(n - nl) as usize];
+            let gain = score(
+                ql as f64,
+                (q - ql) as f64,
+                nl as f64,
+                (n - nl) as f64,
+                node.lambda,
+            );
             if gain > top.0 {
                 top = (gain, i);
             }
@@ -358,6 +388,8 @@ mod tests {
         Found {
             gain: top.0,
             at: top.1 + step,
+            left: bins[..top.1].iter().sum(),
+            start: bins.iter().position(|e| *e != 0).unwrap_or(bins.len()),
             end,
         }
     }
@@ -403,8 +435,14 @@ mod tests {
             if n == 0 {
                 continue;
             }
+            // Now and then a node with rows outside these bins (the grower never passes
+            // one; the AVX2 scan hands it to the portable one).
+            let n = if case % 13 == 0 {
+                n + 1 + rng.below(3) as i64
+            } else {
+                n
+            };
             let lambda = [1.0, 0.0, 5.0, 0.25][case as usize % 4];
-            let inv: Vec<f64> = (0..=n).map(|h| 1.0 / (h as f64 + lambda)).collect();
             let min_n = [1, 1, 2, 3, 10][case as usize % 5];
             let node = Node {
                 n,
@@ -413,10 +451,10 @@ mod tests {
                 bits,
                 lambda,
             };
-            let want = naive(&bins, node, &inv);
-            assert_eq!(scan_portable(&bins, node, &inv), want, "case {case}");
+            let want = naive(&bins, node);
+            assert_eq!(scan_portable(&bins, node), want, "case {case}");
             // The path the grower takes on this CPU (AVX2 where present).
-            let got = scan(&bins, node, &inv, avx2_available(), &mut scratch);
+            let got = scan(&bins, node, avx2_available(), &mut scratch);
             assert_eq!(got, want, "case {case}");
             scored += usize::from(want.gain > f64::NEG_INFINITY);
         }
