@@ -114,6 +114,7 @@ impl Attributor {
 
     /// Moves the hidden processes listed this tick to `held`, where those of the last tick
     /// expire: only a late report in the next tick can still name them.
+    ///
     /// Every hidden process left is one listed this tick (the others went in `prune`), so
     /// this tick's listings of ended or hidden processes name them all.
     fn hold_hidden(&mut self) {
