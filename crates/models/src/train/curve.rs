@@ -347,37 +347,61 @@ fn fit_counting(kind: CurveKind, x: &[f64], y: &[f64]) -> (Vec<f64>, usize) {
 
 /// Levenberg–Marquardt from `p` until an accepted step gains less than `rel_tol` of the
 /// SSE: the parameters and the passes made over the rows.
-fn refine(
-    kind: CurveKind,
-    mut p: Vec<f64>,
-    x: &[f64],
-    y: &[f64],
-    rel_tol: f64,
-) -> (Vec<f64>, usize) {
+fn refine(kind: CurveKind, p: Vec<f64>, x: &[f64], y: &[f64], rel_tol: f64) -> (Vec<f64>, usize) {
     let m = p.len().min(MAX_PARAMS);
-    let (mut cur, mut jtj, mut jtr) = normal_equations(kind, &p, x, y);
-    let mut passes = 1;
-    if !cur.is_finite() {
-        return (p, passes);
+    let at = |p: Vec<f64>| {
+        let (sse, jtj, jtr) = normal_equations(kind, &p, x, y);
+        LmPoint { p, sse, jtj, jtr }
+    };
+    let start = at(p);
+    if !start.sse.is_finite() {
+        return (start.p, 1);
     }
-    // SSE below round-off of the targets' squares is an exact fit: gains there are noise
-    // (a converged exact fit kept "gaining" 2 % on 1e-26 for every allowed step).
-    let floor = f64::EPSILON * y.iter().map(|v| v * v).sum::<f64>();
+    levenberg_marquardt(start, m, target_floor(y), rel_tol, |p, delta| {
+        Some(at(p.iter().zip(delta).map(|(a, d)| a + d).collect()))
+    })
+}
+
+/// Where Levenberg–Marquardt stands: the parameters, their SSE and the normal equations
+/// (JᵀJ, Jᵀr) there.
+pub(super) struct LmPoint<P> {
+    pub(super) p: P,
+    pub(super) sse: f64,
+    pub(super) jtj: Matrix,
+    pub(super) jtr: Vector,
+}
+
+/// SSE below round-off of the targets' squares is an exact fit: gains there are noise (a
+/// converged exact fit kept "gaining" 2 % on 1e-26 for every allowed step).
+pub(super) fn target_floor(y: &[f64]) -> f64 {
+    f64::EPSILON * y.iter().map(|v| v * v).sum::<f64>()
+}
+
+/// Levenberg–Marquardt over the first `m` parameters from `start`, until an accepted step
+/// gains less than `rel_tol` of the SSE (of at least `floor`). `step(p, delta)` makes the
+/// point at `p + delta` (one pass over the rows; `None` where it is not finite). Returns the
+/// last accepted parameters and the passes made, the start's included.
+pub(super) fn levenberg_marquardt<P>(
+    mut at: LmPoint<P>,
+    m: usize,
+    floor: f64,
+    rel_tol: f64,
+    mut step: impl FnMut(&P, &Vector) -> Option<LmPoint<P>>,
+) -> (P, usize) {
+    let mut passes = 1;
     let mut lambda = 1e-3;
     for _ in 0..MAX_STEPS {
         let mut gain = None;
         for _ in 0..12 {
-            let mut damped = jtj;
+            let mut damped = at.jtj;
             for (i, r) in damped.iter_mut().enumerate().take(m) {
                 r[i] += lambda * r[i].max(1e-12);
             }
-            if let Some(delta) = solve_small(&damped, &jtr, m) {
-                let next: Vec<f64> = p.iter().zip(&delta).map(|(a, d)| a + d).collect();
-                let (s, j, r) = normal_equations(kind, &next, x, y);
+            if let Some(delta) = solve_small(&damped, &at.jtr, m) {
                 passes += 1;
-                if s < cur {
-                    gain = Some((cur - s) / cur.max(floor).max(f64::MIN_POSITIVE));
-                    (p, cur, jtj, jtr) = (next, s, j, r);
+                if let Some(next) = step(&at.p, &delta).filter(|n| n.sse < at.sse) {
+                    gain = Some((at.sse - next.sse) / at.sse.max(floor).max(f64::MIN_POSITIVE));
+                    at = next;
                     lambda = (lambda / 10.0).max(1e-12);
                     break;
                 }
@@ -388,7 +412,7 @@ fn refine(
             break;
         }
     }
-    (p, passes)
+    (at.p, passes)
 }
 
 #[cfg(test)]

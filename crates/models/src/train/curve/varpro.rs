@@ -6,7 +6,7 @@
 //! passes from the coarse grid's start).
 
 use super::kernels::{self, LogisticSums};
-use super::{solve_small, Matrix, Vector, MAX_STEPS};
+use super::{levenberg_marquardt, target_floor, LmPoint, Matrix, Vector};
 
 /// The point with (A, off) solved exactly for its (x0, k), and its sums: `None` when the
 /// sigmoid is too flat on the rows to tell A from off (the two cancel, see
@@ -68,39 +68,23 @@ fn evaluate(p: [f64; 4], x: &[f64], y: &[f64]) -> Option<([f64; 4], LogisticSums
 /// and the passes made over the rows.
 pub(super) fn refine(p: [f64; 4], x: &[f64], y: &[f64], rel_tol: f64) -> ([f64; 4], usize) {
     let n = x.len().min(y.len()) as f64;
-    let Some((mut p, mut sums)) = evaluate(p, x, y) else {
+    let at = |p: [f64; 4]| {
+        evaluate(p, x, y).map(|(p, sums)| {
+            let (jtj, jtr) = normal_equations(p[2], &sums, n);
+            LmPoint {
+                p,
+                sse: sums[0],
+                jtj,
+                jtr,
+            }
+        })
+    };
+    let Some(start) = at(p) else {
         return (p, 1);
     };
-    let mut passes = 1;
-    // SSE below round-off of the targets' squares is an exact fit: gains there are noise.
-    let floor = f64::EPSILON * y.iter().map(|v| v * v).sum::<f64>();
-    let mut lambda = 1e-3;
-    for _ in 0..MAX_STEPS {
-        let (jtj, jtr) = normal_equations(p[2], &sums, n);
-        let cur = sums[0];
-        let mut gain = None;
-        for _ in 0..12 {
-            let mut damped = jtj;
-            for (i, r) in damped.iter_mut().enumerate() {
-                r[i] += lambda * r[i].max(1e-12);
-            }
-            if let Some(delta) = solve_small(&damped, &jtr, 4) {
-                let next = [0, 1, 2, 3].map(|i| p[i] + delta[i]);
-                passes += 1;
-                if let Some((q, s)) = evaluate(next, x, y).filter(|(_, s)| s[0] < cur) {
-                    gain = Some((cur - s[0]) / cur.max(floor).max(f64::MIN_POSITIVE));
-                    (p, sums) = (q, s);
-                    lambda = (lambda / 10.0).max(1e-12);
-                    break;
-                }
-            }
-            lambda *= 10.0;
-        }
-        if gain.is_none_or(|g| g < rel_tol) {
-            break;
-        }
-    }
-    (p, passes)
+    levenberg_marquardt(start, 4, target_floor(y), rel_tol, |p, delta| {
+        at([0, 1, 2, 3].map(|i| p[i] + delta[i]))
+    })
 }
 
 #[cfg(test)]
