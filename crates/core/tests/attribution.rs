@@ -71,6 +71,18 @@ fn zone(name: &str, uj: u64) -> ZoneEnergy {
     }
 }
 
+/// An attributor that exports every ended process for 100 s, whatever its energy.
+fn keeping_every_ended_process() -> Attributor {
+    Attributor::new(AttributionConfig {
+        idle: IdlePolicy::Ratio,
+        terminated: TerminatedPolicy {
+            retention: Duration::from_secs(100),
+            max: None,
+            min_energy: MicroJoules(0),
+        },
+    })
+}
+
 fn sum_process_zone(s: &PowerSnapshot, z: usize) -> u64 {
     s.processes.iter().map(|p| p.zones[z].energy.0).sum()
 }
@@ -172,14 +184,7 @@ fn a_key_listed_twice_in_one_snapshot_gets_both_shares() {
 
 #[test]
 fn a_reused_pid_replaces_the_ended_process() {
-    let mut a = Attributor::new(AttributionConfig {
-        idle: IdlePolicy::Ratio,
-        terminated: TerminatedPolicy {
-            retention: Duration::from_secs(100),
-            max: None,
-            min_energy: MicroJoules(0),
-        },
-    });
+    let mut a = keeping_every_ended_process();
     let i = info(None, None);
     let tick = |a: &mut Attributor, uptime, procs| {
         a.tick(Tick {
@@ -203,14 +208,7 @@ fn a_reused_pid_replaces_the_ended_process() {
 /// the series it ended as keeps its labels.
 #[test]
 fn a_late_report_of_an_ended_process_keeps_its_description() {
-    let mut a = Attributor::new(AttributionConfig {
-        idle: IdlePolicy::Ratio,
-        terminated: TerminatedPolicy {
-            retention: Duration::from_secs(100),
-            max: None,
-            min_energy: MicroJoules(0),
-        },
-    });
+    let mut a = keeping_every_ended_process();
     let alive = Arc::new(ProcessInfo {
         comm: "server".into(),
         exe: "/usr/bin/server".into(),
