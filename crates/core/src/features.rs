@@ -11,9 +11,12 @@
 //! usage ratio uses. The node's counter features are sums over processes.
 
 use std::collections::HashMap;
+use std::hash::BuildHasherDefault;
 use std::time::Duration;
 
 use crate::usage::{NodeCpuTimes, ProcessKey, ProcessUsage, TaskCounters, UsageSnapshot};
+
+type FxHashMap<K, V> = HashMap<K, V, BuildHasherDefault<rustc_hash::FxHasher>>;
 
 /// One of Kepler's model features (DESIGN §7). The Kepler name ([`Feature::as_str`]) is what
 /// model files list and what the `feature` label of the exported feature rates says; model
@@ -183,6 +186,12 @@ pub struct Features {
 /// Rates between two snapshots of the same source, `previous` taken first. An empty or
 /// negative interval gives no process rates.
 pub fn features(previous: &UsageSnapshot, current: &UsageSnapshot) -> Features {
+    rates_between(previous, current, true)
+}
+
+/// [`features`], keeping the per-process rates only when `per_process`: the node's alone are
+/// the sum, and the list of every process would be built only to be dropped.
+fn rates_between(previous: &UsageSnapshot, current: &UsageSnapshot, per_process: bool) -> Features {
     let interval = current.uptime.saturating_sub(previous.uptime);
     let mut out = Features {
         interval,
@@ -192,7 +201,9 @@ pub fn features(previous: &UsageSnapshot, current: &UsageSnapshot) -> Features {
     if secs <= 0.0 {
         return out;
     }
-    let before: HashMap<ProcessKey, &ProcessUsage> =
+    // Keys are pids and start times the kernel assigns: nothing to gain from SipHash, and this
+    // runs every tick over every process of two snapshots (thousands under churn).
+    let before: FxHashMap<ProcessKey, &ProcessUsage> =
         previous.processes.iter().map(|p| (p.key, p)).collect();
     for p in &current.processes {
         let base = match before.get(&p.key) {
@@ -202,7 +213,9 @@ pub fn features(previous: &UsageSnapshot, current: &UsageSnapshot) -> Features {
         };
         let rates = rates(base, p, secs);
         out.node.add(&rates);
-        out.processes.push((p.key, rates));
+        if per_process {
+            out.processes.push((p.key, rates));
+        }
     }
     out.node.bpf_cpu_time_ms = node_busy_ms_per_second(previous, current, secs);
     out
@@ -212,7 +225,7 @@ pub fn features(previous: &UsageSnapshot, current: &UsageSnapshot) -> Features {
 /// sum over processes, so the per-process pass of [`features`] is skipped.
 pub fn node_features(previous: &UsageSnapshot, current: &UsageSnapshot) -> FeatureRates {
     if current.processes.iter().any(|p| p.counters.is_some()) {
-        return features(previous, current).node;
+        return rates_between(previous, current, false).node;
     }
     let secs = current.uptime.saturating_sub(previous.uptime).as_secs_f64();
     let mut node = FeatureRates::default();
