@@ -10,13 +10,9 @@
 //! the interval, the node accounting does not, and it is the same busy time that attribution's
 //! usage ratio uses. The node's counter features are sums over processes.
 
-use std::collections::HashMap;
-use std::hash::BuildHasherDefault;
 use std::time::Duration;
 
 use crate::usage::{NodeCpuTimes, ProcessKey, ProcessUsage, TaskCounters, UsageSnapshot};
-
-type FxHashMap<K, V> = HashMap<K, V, BuildHasherDefault<rustc_hash::FxHasher>>;
 
 /// One of Kepler's model features (DESIGN §7). The Kepler name ([`Feature::as_str`]) is what
 /// model files list and what the `feature` label of the exported feature rates says; model
@@ -201,9 +197,8 @@ fn rates_between(previous: &UsageSnapshot, current: &UsageSnapshot, per_process:
     if secs <= 0.0 {
         return out;
     }
-    // Keys are pids and start times the kernel assigns: nothing to gain from SipHash, and this
-    // runs every tick over every process of two snapshots (thousands under churn).
-    let before: FxHashMap<ProcessKey, &ProcessUsage> =
+    // Every tick, over every process of two snapshots (thousands under churn).
+    let before: crate::FastMap<ProcessKey, &ProcessUsage> =
         previous.processes.iter().map(|p| (p.key, p)).collect();
     for p in &current.processes {
         let base = match before.get(&p.key) {

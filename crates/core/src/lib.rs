@@ -22,6 +22,12 @@ pub mod units;
 pub mod usage;
 pub mod workload;
 
+/// Maps looked up once or twice per process per tick. Keys are pids and start times, and ids
+/// from cgroup paths or command lines: nothing an outsider can choose freely enough to flood a
+/// bucket, so the fast non-keyed hash of rustc is used instead of SipHash.
+pub(crate) type FastMap<K, V> =
+    std::collections::HashMap<K, V, std::hash::BuildHasherDefault<rustc_hash::FxHasher>>;
+
 pub use attribution::{AttributionConfig, Attributor, IdlePolicy, TerminatedPolicy, Tick};
 pub use catalogue::{Catalogue, CatalogueView, ContainerNames, NameSource, PodNames};
 pub use domain::{DeviceInfo, ExpectedError, PowerDomain, ZoneMeta};

@@ -16,8 +16,6 @@ mod processes;
 mod retention;
 mod zones;
 
-use std::collections::HashMap;
-use std::hash::BuildHasherDefault;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -125,10 +123,7 @@ impl<R> Workload<R> {
     }
 }
 
-/// Maps looked up once or twice per process per tick. Keys are pids and start times, and ids
-/// from cgroup paths or command lines: nothing an outsider can choose freely enough to flood a
-/// bucket, so the fast non-keyed hash of rustc is used instead of SipHash.
-type FastMap<K, V> = HashMap<K, V, BuildHasherDefault<rustc_hash::FxHasher>>;
+use crate::FastMap;
 
 /// Accumulates energy per node zone and per workload across ticks.
 pub struct Attributor {
