@@ -309,7 +309,12 @@ impl Reconciler {
             let key = host.key(*tgid, t.start_ns);
             // A piece of a group that already ended (a thread still leaving): its time comes
             // in a later exit record and is reported with the group's final total.
-            if exited.contains_key(&key) || self.ended.contains_key(&key) {
+            if exited.contains_key(&key) {
+                continue;
+            }
+            // Held for as long as the leftover lasts, however fast snapshots follow each other:
+            // reported as live, its own small total would read as time going back.
+            if self.ended.refresh(&key) {
                 continue;
             }
             processes.push(self.live_usage(host, key, t, *running_ns));

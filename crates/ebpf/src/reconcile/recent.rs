@@ -21,12 +21,24 @@ impl<V> Recent<V> {
         Recent { tables, current: 0 }
     }
 
+    #[cfg(test)]
     pub(super) fn contains_key(&self, key: &ProcessKey) -> bool {
         self.tables.iter().any(|t| t.contains_key(key))
     }
 
     pub(super) fn remove(&mut self, key: &ProcessKey) -> Option<V> {
         self.tables.iter_mut().find_map(|t| t.remove(key))
+    }
+
+    /// Whether `key` is held; if so, it is held through the next `ttl` snapshots again.
+    pub(super) fn refresh(&mut self, key: &ProcessKey) -> bool {
+        match self.remove(key) {
+            Some(value) => {
+                self.insert(*key, value);
+                true
+            }
+            None => false,
+        }
     }
 
     /// Keeps `value` through the next `ttl` snapshots.
