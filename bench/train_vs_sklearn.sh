@@ -1,10 +1,13 @@
 #!/usr/bin/env bash
 # Training speed and accuracy: `kepler-model-server train` against scikit-learn / SciPy /
 # XGBoost (installed from PyPI into a virtual environment) on the nx12 RAPL data, same rows,
-# same seeded split, same model settings (XGBoost defaults, one thread, against both its exact
-# and its hist tree method; Ridge alpha 1 on MaxAbs-scaled features). Fit times only (our metadata table's fit_seconds, the
-# Python fit calls), AbsPower package + dram, MAE = the worse of the two components.
-# Usage: bash bench/train_vs_sklearn.sh [SEED]   (VENV=dir to reuse a virtual environment)
+# same seeded split, same model settings (XGBoost defaults, against both its exact and its
+# hist tree method; Ridge alpha 1 on MaxAbs-scaled features). Fit times only (our metadata
+# table's fit_seconds, the Python fit calls), AbsPower, MAE = the worst component. Trees are
+# timed on one thread on both sides (ours `--threads 1`, XGBoost `n_jobs=1`), then on
+# THREADS threads on both sides (default: the CPUs; ours fits components side by side).
+# Usage: bash bench/train_vs_sklearn.sh [SEED]   (VENV=dir to reuse a virtual environment,
+# ROUNDS=n turns of both sides, default 3; THREADS=n for the second table)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 SEED=${1:-42}
@@ -15,13 +18,11 @@ if [ ! -x "$VENV/bin/python" ]; then
 fi
 "$VENV/bin/pip" install -q scikit-learn scipy numpy xgboost-cpu
 CARGO_INCREMENTAL=0 cargo build -q --release -p kepler-model-server
+THREADS=${THREADS:-$(nproc)}
+ROUNDS=${ROUNDS:-3}
 OUT=$(mktemp -d)
 trap 'rm -rf "$OUT"' EXIT
-for i in 1 2 3; do
-  /usr/bin/time -f "%e" -o "$OUT/time$i" target/release/kepler-model-server --log.level warn train \
-    --input "$DATA" --source rapl-sysfs --out "$OUT/m$i" --seed "$SEED" >/dev/null
-  echo "our whole train run $i (all 7 trainers × 3 groups × Abs+Dyn, evaluation, files, report): $(cat "$OUT/time$i") s"
+for t in 1 $([ "$THREADS" -gt 1 ] && echo "$THREADS"); do
+  "$VENV/bin/python" bench/train_vs_sklearn.py "$DATA" target/release/kepler-model-server \
+    "$OUT/t$t" "$SEED" "$t" "$ROUNDS"
 done
-# Python side: fit times, best of 3 per model.
-TABLES=$(for i in 1 2 3; do printf '%s,' "$OUT/m$i/kepler-rs/rapl-sysfs_AbsPower_model_metadata.csv"; done)
-"$VENV/bin/python" bench/train_vs_sklearn.py "$DATA" "${TABLES%,}" "$SEED"

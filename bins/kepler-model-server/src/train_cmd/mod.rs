@@ -136,6 +136,10 @@ pub struct TrainCmdArgs {
     /// `--input` reads): a `--prometheus` run can be repeated or checked offline.
     #[arg(long, value_name = "FILE")]
     pub save_data: Option<PathBuf>,
+    /// Threads that fit a tree model's components side by side (0: one per CPU); the models
+    /// do not depend on it
+    #[arg(long, value_name = "N", default_value_t = 0)]
+    pub threads: usize,
 }
 
 pub fn run(args: &TrainCmdArgs) -> Result<()> {
@@ -180,6 +184,7 @@ pub fn run(args: &TrainCmdArgs) -> Result<()> {
             max_mae_w: args.max_mae,
             max_mape_pct: args.max_mape,
         },
+        threads: args.threads,
         ..TrainOptions::default()
     };
     tracing::info!(rows = data.len(), skipped = data.skipped_rows, "training");

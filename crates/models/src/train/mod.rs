@@ -250,6 +250,20 @@ pub struct TrainOptions {
     /// Ridge penalty on MaxAbs-scaled features (scikit-learn's `alpha`).
     pub ridge_alpha: f64,
     pub gbt: GbtParams,
+    /// Threads that grow the trees of one model's components side by side; 0: as many as
+    /// the machine offers ([`std::thread::available_parallelism`]). Models do not depend
+    /// on it.
+    pub threads: usize,
+}
+
+impl TrainOptions {
+    /// [`TrainOptions::threads`] with 0 resolved.
+    pub(crate) fn threads(&self) -> usize {
+        match self.threads {
+            0 => std::thread::available_parallelism().map_or(1, usize::from),
+            n => n,
+        }
+    }
 }
 
 impl Default for TrainOptions {
@@ -265,6 +279,7 @@ impl Default for TrainOptions {
             acceptance: Acceptance::default(),
             ridge_alpha: 1.0,
             gbt: GbtParams::default(),
+            threads: 0,
         }
     }
 }

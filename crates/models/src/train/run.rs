@@ -244,6 +244,20 @@ fn fit(
     rows: &[usize],
     opts: &TrainOptions,
 ) -> Vec<(String, Fitted)> {
+    if kind == TrainerKind::Xgboost {
+        let raw: Vec<Vec<f64>> = p.features.iter().map(|(_, c)| pick(c, rows)).collect();
+        // The trees of every component grow on the same bins.
+        let binned = gbt::prepare(&raw, &opts.gbt);
+        let ys: Vec<Vec<f64>> = p.targets.iter().map(|(_, t)| pick(t, rows)).collect();
+        let ys: Vec<&[f64]> = ys.iter().map(Vec::as_slice).collect();
+        let boosters = gbt::fit_targets(&binned, &ys, &opts.gbt, opts.threads());
+        return p
+            .targets
+            .iter()
+            .zip(boosters)
+            .map(|((component, _), b)| (component.clone(), Fitted::Trees(b)))
+            .collect();
+    }
     let scales: Vec<f64> = p.features.iter().map(|(_, c)| max_abs(c, rows)).collect();
     let scaled: Vec<Vec<f64>> = p
         .features
@@ -251,31 +265,11 @@ fn fit(
         .zip(&scales)
         .map(|((_, c), s)| pick(c, rows).iter().map(|v| v / s).collect())
         .collect();
-    let raw: Vec<Vec<f64>> = p.features.iter().map(|(_, c)| pick(c, rows)).collect();
-    // The trees of every component grow on the same bins.
-    let binned = matches!(kind, TrainerKind::Xgboost).then(|| gbt::prepare(&raw, &opts.gbt));
     p.targets
         .iter()
         .map(|(component, target)| {
             let y = pick(target, rows);
             let fitted = match kind {
-                TrainerKind::Ols | TrainerKind::Nnls | TrainerKind::Ridge => {
-                    let mode = match kind {
-                        TrainerKind::Ols => Mode::Ordinary,
-                        TrainerKind::Nnls => Mode::NonNegative,
-                        _ => Mode::Ridge(opts.ridge_alpha),
-                    };
-                    let cols: Vec<&[f64]> = scaled.iter().map(Vec::as_slice).collect();
-                    let (bias, w) = least_squares(&cols, &y, mode);
-                    let terms = p
-                        .features
-                        .iter()
-                        .zip(&scales)
-                        .zip(w)
-                        .map(|(((f, _), s), w)| (*f, *s, w))
-                        .collect();
-                    Fitted::Linear { bias, terms }
-                }
                 TrainerKind::Logarithmic | TrainerKind::Exponential | TrainerKind::Logistic => {
                     let ck = match kind {
                         TrainerKind::Logarithmic => CurveKind::Logarithmic,
@@ -293,16 +287,23 @@ fn fit(
                         params,
                     }
                 }
-                TrainerKind::Xgboost => {
-                    let fresh;
-                    let data = match &binned {
-                        Some(d) => d,
-                        None => {
-                            fresh = gbt::prepare(&raw, &opts.gbt);
-                            &fresh
-                        }
+                // Least squares (trees returned above).
+                _ => {
+                    let mode = match kind {
+                        TrainerKind::Ols => Mode::Ordinary,
+                        TrainerKind::Nnls => Mode::NonNegative,
+                        _ => Mode::Ridge(opts.ridge_alpha),
                     };
-                    Fitted::Trees(gbt::fit_prepared(data, &y, &opts.gbt))
+                    let cols: Vec<&[f64]> = scaled.iter().map(Vec::as_slice).collect();
+                    let (bias, w) = least_squares(&cols, &y, mode);
+                    let terms = p
+                        .features
+                        .iter()
+                        .zip(&scales)
+                        .zip(w)
+                        .map(|(((f, _), s), w)| (*f, *s, w))
+                        .collect();
+                    Fitted::Linear { bias, terms }
                 }
             };
             (component.clone(), fitted)
