@@ -7,7 +7,7 @@ The two sides take turns: each round runs our binary twice, then every Python fi
 times. This shared machine has slow spells of tens of seconds (the same binary, pinned to one
 CPU, fits 1.5x slower in one than in the next), so a side measured only before or after the
 other would carry the spell into the ratio. The table takes each side's best over all rounds;
-the lines under it give each round's own tree ratios."""
+the lines under it give each round's own tree times and ratios."""
 import csv
 import json
 import os
@@ -27,9 +27,9 @@ data_csv, ours_bin, out_dir, seed = sys.argv[1], sys.argv[2], sys.argv[3], int(s
 # Threads for XGBoost (`n_jobs`) and ours (`--threads`). With more than one only the tree
 # rows are printed: the other trainers are single-threaded on both sides.
 THREADS = int(sys.argv[5])
+ROUNDS = int(sys.argv[6])
 # SciPy's fits from their default starts warn (overflow, no covariance); their MAE shows it.
 warnings.filterwarnings("ignore")
-ROUNDS = int(sys.argv[6])
 MASK = (1 << 64) - 1
 
 
