@@ -15,6 +15,7 @@ pub mod lifecycle;
 pub mod platform;
 pub mod plausible;
 pub mod redact;
+pub mod scratch;
 pub mod snapshot;
 pub mod source;
 pub mod split;
@@ -22,11 +23,7 @@ pub mod units;
 pub mod usage;
 pub mod workload;
 
-/// Maps looked up once or twice per process per tick. Keys are pids and start times, and ids
-/// from cgroup paths or command lines: nothing an outsider can choose freely enough to flood a
-/// bucket, so the fast non-keyed hash of rustc is used instead of SipHash.
-pub(crate) type FastMap<K, V> =
-    std::collections::HashMap<K, V, std::hash::BuildHasherDefault<rustc_hash::FxHasher>>;
+pub(crate) use scratch::FastMap;
 
 pub use attribution::{AttributionConfig, Attributor, IdlePolicy, TerminatedPolicy, Tick};
 pub use catalogue::{Catalogue, CatalogueView, ContainerNames, NameSource, PodNames};

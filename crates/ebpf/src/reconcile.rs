@@ -8,8 +8,6 @@ mod gc;
 mod recent;
 
 use std::collections::hash_map::Entry;
-use std::collections::HashMap;
-use std::hash::BuildHasherDefault;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -31,33 +29,7 @@ const KNOWN_TTL: u32 = 3;
 /// beyond this, new ones are dropped and counted rather than held without bound.
 const MAX_PENDING: usize = 1 << 16;
 
-/// The maps keyed by pid or process key: looked up thousands of times per snapshot with keys
-/// the kernel assigns, where SipHash's resistance to chosen keys buys nothing.
-pub(crate) type FastMap<K, V> = HashMap<K, V, BuildHasherDefault<rustc_hash::FxHasher>>;
-
-/// Below this many entries a scratch buffer is never cut back.
-const KEEP_ENTRIES: usize = 1024;
-
-/// Whether a buffer of `capacity` that held `used` entries this snapshot should be cut back to
-/// twice that: scratch buffers keep their allocation from one snapshot to the next, but not
-/// one sized for a burst long gone (under a steady load nothing is ever cut back).
-pub(crate) fn oversized(capacity: usize, used: usize) -> bool {
-    capacity > 4 * used.max(KEEP_ENTRIES)
-}
-
-/// Cuts an oversized scratch vector back (see [`oversized`]).
-pub(crate) fn trim_vec<T>(v: &mut Vec<T>, used: usize) {
-    if oversized(v.capacity(), used) {
-        v.shrink_to(2 * used.max(KEEP_ENTRIES));
-    }
-}
-
-/// Cuts an oversized scratch map back (see [`oversized`]).
-pub(crate) fn trim_map<K: Eq + std::hash::Hash, V>(m: &mut FastMap<K, V>, used: usize) {
-    if oversized(m.capacity(), used) {
-        m.shrink_to(2 * used.max(KEEP_ENTRIES));
-    }
-}
+pub(crate) use kepler_core::scratch::{trim_map, trim_vec, FastMap};
 
 /// How a (tgid, start time in ns) pair read from BPF becomes the key procfs would give the
 /// same process: the start time floored to a clock tick.

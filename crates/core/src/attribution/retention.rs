@@ -131,9 +131,7 @@ impl Attributor {
             }
         }
         let used = self.held.len();
-        if self.held.capacity() > 4 * used.max(1024) {
-            self.held.shrink_to(2 * used.max(1024));
-        }
+        crate::scratch::trim_map(&mut self.held, used);
     }
 
     /// This tick's parts of hidden processes go to each zone's hidden energy, so that the

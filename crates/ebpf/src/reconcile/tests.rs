@@ -1,6 +1,6 @@
 //! The reconciliation rules, driven through a fake host: no root, no BPF.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 
 use super::gc::{round_robin, GC_BATCH, GC_EVERY};
 use super::*;
@@ -674,34 +674,6 @@ fn an_entry_marked_exited_is_collected_at_the_next_snapshot() {
     rec.queue_exits(&host, [record(7, SEC, 510, "")]);
     let step = rec.step(&mut host, &mut Observed::default());
     assert_eq!(reports(&step, key(7, SEC)), [(510, true, "p7".into())]);
-}
-
-#[test]
-fn scratch_buffers_are_cut_back_after_a_burst_only() {
-    let mut v: Vec<u64> = Vec::with_capacity(100_000);
-    // Steady use near the capacity, or anything below the floor: kept.
-    trim_vec(&mut v, 30_000);
-    assert!(v.capacity() >= 100_000);
-    let mut small: Vec<u64> = Vec::with_capacity(4_000);
-    trim_vec(&mut small, 0);
-    assert!(small.capacity() >= 4_000);
-    // The burst is over: cut to twice what was used.
-    trim_vec(&mut v, 5_000);
-    assert!(
-        (10_000..100_000).contains(&v.capacity()),
-        "{}",
-        v.capacity()
-    );
-
-    let mut m: FastMap<u32, u64> = FastMap::default();
-    m.extend((0..50_000).map(|i| (i, 0)));
-    m.clear();
-    trim_map(&mut m, 100);
-    assert!(
-        m.capacity() < 50_000 && m.capacity() >= 2_048,
-        "{}",
-        m.capacity()
-    );
 }
 
 #[test]
