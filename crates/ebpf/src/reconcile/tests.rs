@@ -357,14 +357,20 @@ fn a_gone_entry_is_not_collected_when_its_tgid_was_reused_or_it_lives() {
     assert!(host.checked.is_empty());
 }
 
-#[test]
-fn ended_entries_take_late_pieces_until_their_ttl_runs_out() {
+/// A reconciler whose last snapshot reported group 7 ended, with 100 ns and comm "w".
+fn just_ended() -> (Reconciler, Fake, ProcessKey) {
     let mut host = Fake::default();
     let mut rec = reconciler();
     let a = key(7, SEC);
     rec.queue_exits(&host, [record(7, SEC, 100, "w")]);
     let step = rec.step(&mut host, &mut Observed::default());
     assert_eq!(reports(&step, a), [(100, true, "w".into())]);
+    (rec, host, a)
+}
+
+#[test]
+fn ended_entries_take_late_pieces_until_their_ttl_runs_out() {
+    let (mut rec, mut host, a) = just_ended();
     // Within the hold: a leftover live entry of the ended group is not reported as live, and
     // a late piece adds to the totals, which restarts the hold.
     rec.queue_exits(&host, [record(7, SEC, 5, "w")]);
@@ -384,11 +390,7 @@ fn ended_entries_take_late_pieces_until_their_ttl_runs_out() {
 
 #[test]
 fn a_piece_later_than_the_attributions_hold_is_reported_on_its_own() {
-    let mut host = Fake::default();
-    let mut rec = reconciler();
-    let a = key(7, SEC);
-    rec.queue_exits(&host, [record(7, SEC, 100, "w")]);
-    rec.step(&mut host, &mut Observed::default());
+    let (mut rec, mut host, a) = just_ended();
     // The next snapshot: still merged.
     rec.queue_exits(&host, [record(7, SEC, 5, "w")]);
     let step = rec.step(&mut host, &mut Observed::default());
@@ -405,11 +407,7 @@ fn a_piece_later_than_the_attributions_hold_is_reported_on_its_own() {
 /// total would read as the group's time going back), and its piece still merges.
 #[test]
 fn a_lingering_leftover_entry_keeps_its_group_held() {
-    let mut host = Fake::default();
-    let mut rec = reconciler();
-    let a = key(7, SEC);
-    rec.queue_exits(&host, [record(7, SEC, 100, "w")]);
-    rec.step(&mut host, &mut Observed::default());
+    let (mut rec, mut host, a) = just_ended();
     for _ in 0..=ENDED_TTL + 3 {
         let step = rec.step(&mut host, &mut live(&[(7, totals(SEC, 3))]));
         assert!(reports(&step, a).is_empty());
