@@ -33,35 +33,6 @@ pub(crate) fn eval(kind: CurveKind, p: &[f64], x: f64) -> f64 {
     }
 }
 
-/// The curve's value and its gradient in the parameters at `x`.
-fn value_and_grad(kind: CurveKind, p: &[f64], x: f64, grad: &mut [f64]) -> f64 {
-    let at = |i: usize| p.get(i).copied().unwrap_or(f64::NAN);
-    match kind {
-        CurveKind::Logarithmic => {
-            let (a, b) = (at(0), at(1));
-            let u = b * x + 1.0;
-            let l = u.ln();
-            grad.copy_from_slice(&[l, a * x / u, 1.0]);
-            a * l + at(2)
-        }
-        CurveKind::Exponential => {
-            let (a, b) = (at(0), at(1));
-            let e = (b * x).exp();
-            grad.copy_from_slice(&[e, a * x * e, 1.0]);
-            a * e + at(2)
-        }
-        CurveKind::Logistic => {
-            let (a, x0, k) = (at(0), at(1), at(2));
-            // A trial step can make k huge: exp() far outside ±40 only changes s by < 1e-17
-            // but takes libm's slow overflow/underflow path (50× slower per row on nx12).
-            let s = 1.0 / (1.0 + (-k * (x - x0)).clamp(-40.0, 40.0).exp());
-            let ds = a * s * (1.0 - s);
-            grad.copy_from_slice(&[s, -k * ds, (x - x0) * ds, 1.0]);
-            a * s + at(3)
-        }
-    }
-}
-
 /// Rows the grid start looks at: it only needs to land near the optimum, LM refines on all.
 const GRID_ROWS: usize = 256;
 
@@ -197,50 +168,29 @@ type Matrix = [[f64; MAX_PARAMS]; MAX_PARAMS];
 /// step's normal equations cost the same exponentials, so LM never makes a second pass).
 fn normal_equations(kind: CurveKind, p: &[f64], x: &[f64], y: &[f64]) -> (f64, Matrix, Vector) {
     match (kind, p) {
-        (CurveKind::Logistic, &[a, x0, k, off]) => {
-            return logistic_normal_equations([a, x0, k, off], x, y);
-        }
-        (CurveKind::Logarithmic, &[a, b, c]) => {
-            return sums3(x, y, |x| {
-                let u = b * x + 1.0;
-                let l = u.ln();
-                (a * l + c, [l, a * x / u, 1.0])
-            });
-        }
-        (CurveKind::Exponential, &[a, b, c]) => {
-            return sums3(x, y, |x| {
-                let e = (b * x).exp();
-                (a * e + c, [e, a * x * e, 1.0])
-            });
-        }
-        _ => {}
+        (CurveKind::Logistic, &[a, x0, k, off]) => logistic_normal_equations([a, x0, k, off], x, y),
+        (CurveKind::Logarithmic, &[a, b, c]) => sums3(x, y, |x| {
+            let u = b * x + 1.0;
+            let l = u.ln();
+            (a * l + c, [l, a * x / u, 1.0])
+        }),
+        (CurveKind::Exponential, &[a, b, c]) => sums3(x, y, |x| {
+            let e = (b * x).exp();
+            (a * e + c, [e, a * x * e, 1.0])
+        }),
+        // Parameters of another count are no point of this curve: nothing to fit from.
+        _ => (
+            f64::INFINITY,
+            [[0.0; MAX_PARAMS]; MAX_PARAMS],
+            [0.0; MAX_PARAMS],
+        ),
     }
-    let m = p.len().min(MAX_PARAMS);
-    let (mut sse, mut jtj, mut jtr) = (0.0, [[0.0; MAX_PARAMS]; MAX_PARAMS], [0.0; MAX_PARAMS]);
-    let mut row = [0.0; MAX_PARAMS];
-    for (xi, yi) in x.iter().zip(y) {
-        let r = yi - value_and_grad(kind, p, *xi, &mut row[..m]);
-        sse += r * r;
-        for a in 0..m {
-            jtr[a] += row[a] * r;
-            for b in 0..=a {
-                jtj[a][b] += row[a] * row[b];
-            }
-        }
-    }
-    for a in 0..m {
-        for b in 0..a {
-            jtj[b][a] = jtj[a][b];
-        }
-    }
-    let finite = sse.is_finite() && jtj.iter().flatten().chain(&jtr).all(|v| v.is_finite());
-    (if finite { sse } else { f64::INFINITY }, jtj, jtr)
 }
 
-/// [`normal_equations`] of a three-parameter curve given its value and gradient at `x`:
-/// the same sums in the same order as the general loop (the built-in models are
-/// logarithmic fits, checked byte for byte against a fresh training), with the parameter
-/// count known to the compiler (nx12, 1 762 rows: 14 µs a pass, 18 with it unknown).
+/// [`normal_equations`] of a three-parameter curve given its value and gradient at `x`,
+/// with the parameter count known to the compiler (nx12, 1 762 rows: 14 µs a pass, 18 with
+/// it unknown). The built-in models are logarithmic fits, checked byte for byte against a
+/// fresh training: the order of these sums is part of them.
 fn sums3(x: &[f64], y: &[f64], at: impl Fn(f64) -> (f64, [f64; 3])) -> (f64, Matrix, Vector) {
     let (mut sse, mut jtj, mut jtr) = (0.0, [[0.0; MAX_PARAMS]; MAX_PARAMS], [0.0; MAX_PARAMS]);
     for (xi, yi) in x.iter().zip(y) {

@@ -81,11 +81,6 @@ pub(super) struct Workspace {
     /// split search reads only these and narrows them to the occupied ones.
     ranges: Vec<[u32; 2]>,
     next_ranges: Vec<[u32; 2]>,
-    /// `1 / (h + lambda)` for every row count h: squared error's hessian is 1 per row, so
-    /// a node's hessian sum is its row count and the portable scan needs no division.
-    inv: Vec<f64>,
-    /// The `lambda` of `inv`.
-    inv_lambda: f64,
     scratch: Scratch,
 }
 
@@ -181,8 +176,6 @@ fn sq(q: i64) -> f64 {
 /// same row split as the next occupied bin's, so the winner moves on to that bin, and the
 /// tree is the one a scan of occupied bins alone picks, ties included (the first of equal
 /// gains wins, in feature then bin order).
-// The workspace's parts it reads and writes are borrowed separately from the histogram.
-#[allow(clippy::too_many_arguments)]
 #[inline(never)]
 fn best_split(
     hist: &[Bin],
@@ -190,7 +183,6 @@ fn best_split(
     ranges: &mut [[u32; 2]],
     data: &Binned,
     p: &GbtParams,
-    inv: &[f64],
     fixed: Fixed,
     scratch: &mut Scratch,
 ) -> Option<Split> {
@@ -203,10 +195,6 @@ fn best_split(
     }
     let min_n = mcw.ceil().clamp(1.0, f64::from(u32::MAX)) as i64;
     let n = node.n;
-    // Counts index `inv`, which covers every row count of the fit; a node past it cannot
-    // occur, and is not split. Both sides' counts are at most `n`, inside `inv`.
-    let inv = inv.get(..=usize::try_from(n).ok()?)?;
-    let at = |h: i64| inv.get(h as usize).copied().unwrap_or(0.0);
     let scan_node = ScanNode {
         n,
         q: node.q,
@@ -239,10 +227,12 @@ fn best_split(
         });
     }
     let best = best?;
-    // Scaling by a power of two is exact: the sign and order of gains are those of the
-    // q-unit ones.
+    // The parent's score is `q² · 1/(n + λ)` (squared error's hessian is 1 per row, so the
+    // hessian sum is the row count). Scaling by a power of two is exact: the sign and order
+    // of gains are those of the q-unit ones.
+    let parent = sq(node.q) * (1.0 / (n as f64 + p.lambda));
     Some(Split {
-        gain: (best.gain - sq(node.q) * at(n)) * unit * unit,
+        gain: (best.gain - parent) * unit * unit,
         ..best
     })
 }
@@ -292,10 +282,6 @@ pub(super) fn grow(
     ws.rows.extend(0..n as u32);
     ws.next_rows.resize(n, 0);
     // The workspace may come from a fit with other settings.
-    if ws.inv.len() != n + 1 || ws.inv_lambda.to_bits() != p.lambda.to_bits() {
-        ws.inv = (0..=n).map(|h| 1.0 / (h as f64 + p.lambda)).collect();
-        ws.inv_lambda = p.lambda;
-    }
     ws.ranges.clear();
     ws.ranges
         .extend((0..nf).map(|f| [0, (data.offset[f + 1] - data.offset[f]) as u32]));
@@ -333,7 +319,7 @@ pub(super) fn grow(
             let hist = &ws.hist[slot * tb..(slot + 1) * tb];
             let ranges = &mut ws.ranges[slot * nf..(slot + 1) * nf];
             let fixed = Fixed { unit, pack, avx2 };
-            let found = best_split(hist, node, ranges, data, p, &ws.inv, fixed, &mut ws.scratch);
+            let found = best_split(hist, node, ranges, data, p, fixed, &mut ws.scratch);
             let Some(s) = found.filter(|s| s.gain > 1e-6) else {
                 leaf(&mut t, node, &ws.rows, p, unit, pred);
                 continue;
