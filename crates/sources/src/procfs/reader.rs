@@ -3,7 +3,7 @@
 //! both sources read a process's identity, and derive its key, with the same code.
 
 use std::ffi::OsStr;
-use std::fs;
+use std::fs::{self, File};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -129,6 +129,28 @@ impl ProcfsReader {
         };
         let info = self.read_identity(pid_name, comm, flags & PF_KTHREAD != 0)?;
         Some(ProcessDescription { key, info })
+    }
+
+    /// Opens `<root>/<pid_name>/stat` to be held and read again with [`Self::load_stat_at`].
+    pub(crate) fn open_stat(&mut self, pid_name: &OsStr) -> std::io::Result<File> {
+        self.set_path(pid_name, "stat");
+        crate::bounded::open_nonblocking(&self.path)
+    }
+
+    /// Reads a held `stat` for [`Self::parse_loaded_stat`]. False when the read fails: the
+    /// process the file was opened on is gone (its pid may be in use again), so the caller
+    /// lets the file go and reads by path.
+    pub(crate) fn load_stat_at(&mut self, file: &File) -> bool {
+        self.buf.read_all_at(file).is_ok()
+    }
+
+    /// Parses the `stat` that [`Self::load_stat_at`] read; `None` (logged) when it is odd.
+    pub(crate) fn parse_loaded_stat(&self, pid: u32) -> Option<PidStat<'_>> {
+        let stat = parse::parse_pid_stat(self.buf.bytes());
+        if stat.is_none() {
+            tracing::debug!(pid, "skipping process with odd stat line");
+        }
+        stat
     }
 
     /// Reads and parses `<root>/<pid_name>/stat`; `None` (logged unless the process simply

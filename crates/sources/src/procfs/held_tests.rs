@@ -1,0 +1,184 @@
+//! `stat` files held between scans, against this host's `/proc`: a fixture root whose pid
+//! entries are links to real processes, so a test can point a pid at another process the way
+//! the kernel reuses one.
+
+use std::fs;
+use std::os::unix::fs::symlink;
+use std::path::Path;
+use std::process::{Child, Command};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use kepler_core::{NoWorkloads, ProcessUsage, UsageSnapshot, UsageSource};
+
+use super::parse;
+use super::ProcfsSource;
+
+/// Kills and reaps the child even when an assertion fails.
+struct Reaped(Child);
+
+impl Drop for Reaped {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn spawn(script: &str) -> Reaped {
+    Reaped(Command::new("sh").args(["-c", script]).spawn().unwrap())
+}
+
+/// A procfs root with node files and nothing else yet.
+fn fixture_root() -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    fs::write(dir.path().join("stat"), "cpu  1 2 3 4 5 6 7 8 0 0\n").unwrap();
+    fs::write(dir.path().join("uptime"), "100.00 0.00\n").unwrap();
+    dir
+}
+
+/// Points `<root>/<fake_pid>` at the real process `pid`.
+fn link(root: &Path, fake_pid: u32, pid: u32) {
+    let entry = root.join(fake_pid.to_string());
+    let _ = fs::remove_file(&entry);
+    symlink(format!("/proc/{pid}"), entry).unwrap();
+}
+
+/// utime + stime and start time of `pid`, read by path as the truth.
+fn truth(pid: u32) -> (Duration, Duration) {
+    let text = fs::read(format!("/proc/{pid}/stat")).unwrap();
+    let stat = parse::parse_pid_stat(&text).unwrap();
+    let hz = super::read::user_hz().unwrap();
+    (
+        parse::ticks_to_duration(stat.utime + stat.stime, hz),
+        parse::ticks_to_duration(stat.start_time, hz),
+    )
+}
+
+/// How many of this test process's descriptors are `stat` files of `pid`.
+fn held_for(pid: u32) -> usize {
+    let target = format!("/proc/{pid}/stat");
+    fs::read_dir("/proc/self/fd")
+        .unwrap()
+        .filter_map(|e| fs::read_link(e.ok()?.path()).ok())
+        .filter(|t| t.as_os_str() == target.as_str())
+        .count()
+}
+
+fn find(snapshot: &UsageSnapshot, pid: u32) -> &ProcessUsage {
+    snapshot
+        .processes
+        .iter()
+        .find(|p| p.key.pid == pid)
+        .unwrap_or_else(|| panic!("pid {pid} not in snapshot"))
+}
+
+#[test]
+fn a_held_stat_follows_the_process_cpu_time() {
+    let burner = spawn("while :; do :; done");
+    let pid = burner.0.id();
+    let root = fixture_root();
+    link(root.path(), 4242, pid);
+    let mut source = ProcfsSource::new(root.path().to_path_buf(), Arc::new(NoWorkloads)).unwrap();
+
+    let mut last = Duration::ZERO;
+    for round in 0..3 {
+        // Let the burner run for several clock ticks, however busy the machine is.
+        let (start_cpu, _) = truth(pid);
+        let waited = Instant::now();
+        while truth(pid).0 < start_cpu + Duration::from_millis(50) {
+            assert!(
+                waited.elapsed() < Duration::from_secs(60),
+                "burner never ran"
+            );
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        let (before, started) = truth(pid);
+        let snapshot = source.snapshot().unwrap();
+        let (after, _) = truth(pid);
+        let seen = find(&snapshot, 4242);
+        assert!(
+            before <= seen.cpu_time && seen.cpu_time <= after,
+            "round {round}: {before:?} <= {:?} <= {after:?}",
+            seen.cpu_time
+        );
+        assert!(
+            seen.cpu_time > last,
+            "round {round}: the held file read stale"
+        );
+        assert_eq!(seen.key.start_time, started);
+        last = seen.cpu_time;
+        assert_eq!(
+            held_for(pid),
+            1,
+            "round {round}: one file held for the process"
+        );
+    }
+    drop(source);
+    assert_eq!(held_for(pid), 0, "files are closed with the source");
+}
+
+#[test]
+fn a_pid_that_names_another_process_is_read_afresh() {
+    let first = spawn("sleep 60");
+    let root = fixture_root();
+    link(root.path(), 4243, first.0.id());
+    let mut source = ProcfsSource::new(root.path().to_path_buf(), Arc::new(NoWorkloads)).unwrap();
+    let seen = source.snapshot().unwrap();
+    let (_, first_start) = truth(first.0.id());
+    assert_eq!(find(&seen, 4243).key.start_time, first_start);
+    assert_eq!(held_for(first.0.id()), 1);
+
+    // The process ends and the pid comes back as another one: the file held for the first
+    // reads no more, and the second is read by path and held instead.
+    let first_pid = first.0.id();
+    drop(first);
+    // Start times are in clock ticks: make sure the second starts in a later one.
+    std::thread::sleep(Duration::from_millis(30));
+    let second = spawn("sleep 60");
+    link(root.path(), 4243, second.0.id());
+    let seen = source.snapshot().unwrap();
+    let (cpu, second_start) = truth(second.0.id());
+    assert!(second_start > first_start);
+    let process = find(&seen, 4243);
+    assert_eq!(process.key.start_time, second_start);
+    assert!(process.cpu_time <= cpu);
+    assert_eq!(
+        held_for(first_pid),
+        0,
+        "the ended process's file was let go"
+    );
+    assert_eq!(held_for(second.0.id()), 1);
+}
+
+#[test]
+fn no_more_files_are_held_than_the_budget() {
+    let sleepers: Vec<Reaped> = (0..3).map(|_| spawn("sleep 60")).collect();
+    let root = fixture_root();
+    for (i, s) in sleepers.iter().enumerate() {
+        link(root.path(), 5000 + i as u32, s.0.id());
+    }
+    let mut source = ProcfsSource::new(root.path().to_path_buf(), Arc::new(NoWorkloads)).unwrap();
+    source.held_budget = 1;
+    for _ in 0..2 {
+        let seen = source.snapshot().unwrap();
+        for (i, s) in sleepers.iter().enumerate() {
+            let (_, started) = truth(s.0.id());
+            assert_eq!(find(&seen, 5000 + i as u32).key.start_time, started);
+        }
+        let held: usize = sleepers.iter().map(|s| held_for(s.0.id())).sum();
+        assert_eq!(held, 1);
+        assert_eq!(source.held, 1);
+    }
+    // A process gone from the listing frees its slot for another: at the end of the scan
+    // that no longer finds it, for the scans after.
+    let held_one = sleepers
+        .iter()
+        .position(|s| held_for(s.0.id()) == 1)
+        .unwrap();
+    fs::remove_file(root.path().join((5000 + held_one as u32).to_string())).unwrap();
+    source.snapshot().unwrap();
+    assert_eq!(source.held, 0);
+    source.snapshot().unwrap();
+    let others = sleepers.iter().enumerate().filter(|(i, _)| *i != held_one);
+    assert_eq!(others.map(|(_, s)| held_for(s.0.id())).sum::<usize>(), 1);
+}
