@@ -64,12 +64,11 @@ fn held_for(pid: u32) -> usize {
         .count()
 }
 
-fn find(snapshot: &UsageSnapshot, pid: u32) -> &ProcessUsage {
-    snapshot
-        .processes
-        .iter()
-        .find(|p| p.key.pid == pid)
-        .unwrap_or_else(|| panic!("pid {pid} not in snapshot"))
+/// CPU time and start time the snapshot reports for `pid`.
+fn seen(snapshot: &UsageSnapshot, pid: u32) -> (Duration, Duration) {
+    let found: Option<&ProcessUsage> = snapshot.processes.iter().find(|p| p.key.pid == pid);
+    let p = found.unwrap_or_else(|| panic!("pid {pid} not in snapshot"));
+    (p.cpu_time, p.key.start_time)
 }
 
 #[test]
@@ -95,18 +94,14 @@ fn a_held_stat_follows_the_process_cpu_time() {
         let (before, started) = truth(pid);
         let snapshot = source.snapshot().unwrap();
         let (after, _) = truth(pid);
-        let seen = find(&snapshot, 4242);
+        let (cpu, start) = seen(&snapshot, 4242);
         assert!(
-            before <= seen.cpu_time && seen.cpu_time <= after,
-            "round {round}: {before:?} <= {:?} <= {after:?}",
-            seen.cpu_time
+            before <= cpu && cpu <= after,
+            "round {round}: {before:?} <= {cpu:?} <= {after:?}"
         );
-        assert!(
-            seen.cpu_time > last,
-            "round {round}: the held file read stale"
-        );
-        assert_eq!(seen.key.start_time, started);
-        last = seen.cpu_time;
+        assert!(cpu > last, "round {round}: the held file read stale");
+        assert_eq!(start, started);
+        last = cpu;
         assert_eq!(
             held_for(pid),
             1,
@@ -123,9 +118,9 @@ fn a_pid_that_names_another_process_is_read_afresh() {
     let root = fixture_root();
     link(root.path(), 4243, first.0.id());
     let mut source = ProcfsSource::new(root.path().to_path_buf(), Arc::new(NoWorkloads)).unwrap();
-    let seen = source.snapshot().unwrap();
+    let snapshot = source.snapshot().unwrap();
     let (_, first_start) = truth(first.0.id());
-    assert_eq!(find(&seen, 4243).key.start_time, first_start);
+    assert_eq!(seen(&snapshot, 4243).1, first_start);
     assert_eq!(held_for(first.0.id()), 1);
 
     // The process ends and the pid comes back as another one: the file held for the first
@@ -136,12 +131,12 @@ fn a_pid_that_names_another_process_is_read_afresh() {
     std::thread::sleep(Duration::from_millis(30));
     let second = spawn("sleep 60");
     link(root.path(), 4243, second.0.id());
-    let seen = source.snapshot().unwrap();
+    let snapshot = source.snapshot().unwrap();
     let (cpu, second_start) = truth(second.0.id());
     assert!(second_start > first_start);
-    let process = find(&seen, 4243);
-    assert_eq!(process.key.start_time, second_start);
-    assert!(process.cpu_time <= cpu);
+    let (seen_cpu, seen_start) = seen(&snapshot, 4243);
+    assert_eq!(seen_start, second_start);
+    assert!(seen_cpu <= cpu);
     assert_eq!(
         held_for(first_pid),
         0,
@@ -160,10 +155,10 @@ fn no_more_files_are_held_than_the_budget() {
     let mut source = ProcfsSource::new(root.path().to_path_buf(), Arc::new(NoWorkloads)).unwrap();
     source.held_budget = 1;
     for _ in 0..2 {
-        let seen = source.snapshot().unwrap();
+        let snapshot = source.snapshot().unwrap();
         for (i, s) in sleepers.iter().enumerate() {
             let (_, started) = truth(s.0.id());
-            assert_eq!(find(&seen, 5000 + i as u32).key.start_time, started);
+            assert_eq!(seen(&snapshot, 5000 + i as u32).1, started);
         }
         let held: usize = sleepers.iter().map(|s| held_for(s.0.id())).sum();
         assert_eq!(held, 1);
