@@ -113,7 +113,9 @@ impl SelfReader {
     }
 }
 
-/// Reads `file` from offset 0 to its end into `buf`; an error if it does not fit.
+/// Reads `file` from offset 0 to its end into `buf`; an error if it does not fit. A short
+/// read that ends a line is the whole file: procfs makes the text in one go and hands all of
+/// it to a large enough read, so the read that would return 0 is skipped.
 fn read_whole_at_start(file: &File, buf: &mut [u8]) -> io::Result<usize> {
     let mut len = 0;
     loop {
@@ -123,9 +125,15 @@ fn read_whole_at_start(file: &File, buf: &mut [u8]) -> io::Result<usize> {
                 "/proc/self/stat is too long",
             ));
         };
+        let room = rest.len();
         match file.read_at(rest, len as u64) {
             Ok(0) => return Ok(len),
-            Ok(n) => len += n,
+            Ok(n) => {
+                len += n;
+                if n < room && buf.get(len - 1) == Some(&b'\n') {
+                    return Ok(len);
+                }
+            }
             Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
             Err(e) => return Err(e),
         }

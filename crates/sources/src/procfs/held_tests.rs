@@ -153,7 +153,7 @@ fn no_more_files_are_held_than_the_budget() {
         link(root.path(), 5000 + i as u32, s.0.id());
     }
     let mut source = ProcfsSource::new(root.path().to_path_buf(), Arc::new(NoWorkloads)).unwrap();
-    source.held_budget = 1;
+    source.held_cap = 1;
     for _ in 0..2 {
         let snapshot = source.snapshot().unwrap();
         for (i, s) in sleepers.iter().enumerate() {

@@ -42,11 +42,12 @@ struct Cached {
 
 /// How many `stat` files stay open between scans, at most. Reading one again through the
 /// same descriptor costs one `pread` instead of a path lookup, an open, two reads and a close:
-/// 2.9 instead of 7.6 µs per process here (`bench/procfs_pread.py`). Each costs a descriptor
-/// and ~4.2 KiB of kernel memory, though (procfs keeps the file's text buffer while it is
-/// open), so only the first processes seen are held: all of them on a small node, the
-/// long-lived ones on a large one, for at most ~1 MiB.
-const MAX_HELD_STAT_FILES: usize = 256;
+/// 2.9 instead of 7.5 µs per process here, 4.1 instead of 10 µs with 1,000 more processes
+/// (`bench/procfs_pread.py`). Each costs a descriptor and ~4.3 KiB of kernel memory, though
+/// (procfs keeps the file's text buffer while it is open), so only the first processes seen
+/// are held: all of them on most nodes, the long-lived ones on larger ones, for at most
+/// ~4.3 MiB.
+const MAX_HELD_STAT_FILES: usize = 1024;
 
 /// How [`ProcfsSource::load_held_stat`] read a `stat`.
 enum HeldRead {
@@ -65,10 +66,11 @@ pub struct ProcfsSource {
     cache: HashMap<u32, Cached>,
     generation: u64,
     last_count: usize,
-    /// `stat` files held now (an upper bound within a scan, exact after it) and the most
-    /// that may be.
+    /// `stat` files held now (an upper bound within a scan, exact after it).
     held: usize,
+    /// The most that may be held in this scan: [`held_stat_budget`] of `held_cap`.
     held_budget: usize,
+    held_cap: usize,
 }
 
 impl ProcfsSource {
@@ -82,7 +84,8 @@ impl ProcfsSource {
             generation: 0,
             last_count: 0,
             held: 0,
-            held_budget: held_stat_budget(),
+            held_budget: 0,
+            held_cap: MAX_HELD_STAT_FILES,
         };
         let reader = &mut source.reader;
         reader
@@ -196,6 +199,8 @@ impl UsageSource for ProcfsSource {
         let node = self.reader.read_node_cpu_times()?;
         let uptime = self.reader.read_uptime()?;
         self.generation = self.generation.wrapping_add(1);
+        // Asked each scan: the HTTP server raises the limit after this source is made.
+        self.held_budget = held_stat_budget(self.held_cap);
         let mut processes = Vec::with_capacity(self.last_count + self.last_count / 8 + 16);
         let root = self.reader.root();
         let dir = fs::read_dir(root).map_err(|e| io_error(root, e))?;
@@ -227,9 +232,9 @@ impl UsageSource for ProcfsSource {
     }
 }
 
-/// [`MAX_HELD_STAT_FILES`], or fewer under a small open-file limit: an eighth of it at most,
-/// the rest being for connections, meters and model files.
-fn held_stat_budget() -> usize {
+/// `cap`, or fewer under a small open-file limit: an eighth of it at most, the rest being for
+/// connections, meters and model files.
+fn held_stat_budget(cap: usize) -> usize {
     let mut limit = libc::rlimit {
         rlim_cur: 0,
         rlim_max: 0,
@@ -240,7 +245,7 @@ fn held_stat_budget() -> usize {
     }
     usize::try_from(limit.rlim_cur / 8)
         .unwrap_or(usize::MAX)
-        .min(MAX_HELD_STAT_FILES)
+        .min(cap)
 }
 
 /// Checks a procfs tree for `kepler probe`; the detail says what was found.
