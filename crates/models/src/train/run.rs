@@ -244,20 +244,19 @@ fn fit(
     rows: &[usize],
     opts: &TrainOptions,
 ) -> Vec<(String, Fitted)> {
-    if kind == TrainerKind::Xgboost {
-        let raw: Vec<Vec<f64>> = p.features.iter().map(|(_, c)| pick(c, rows)).collect();
-        // The trees of every component grow on the same bins.
-        let binned = gbt::prepare(&raw, &opts.gbt);
-        let ys: Vec<Vec<f64>> = p.targets.iter().map(|(_, t)| pick(t, rows)).collect();
-        let ys: Vec<&[f64]> = ys.iter().map(Vec::as_slice).collect();
-        let boosters = gbt::fit_targets(&binned, &ys, &opts.gbt, opts.threads());
-        return p
-            .targets
-            .iter()
-            .zip(boosters)
-            .map(|((component, _), b)| (component.clone(), Fitted::Trees(b)))
-            .collect();
+    match kind {
+        TrainerKind::Ols => fit_least_squares(p, rows, Mode::Ordinary),
+        TrainerKind::Nnls => fit_least_squares(p, rows, Mode::NonNegative),
+        TrainerKind::Ridge => fit_least_squares(p, rows, Mode::Ridge(opts.ridge_alpha)),
+        TrainerKind::Logarithmic => fit_curves(p, rows, CurveKind::Logarithmic),
+        TrainerKind::Exponential => fit_curves(p, rows, CurveKind::Exponential),
+        TrainerKind::Logistic => fit_curves(p, rows, CurveKind::Logistic),
+        TrainerKind::Xgboost => fit_trees(p, rows, opts),
     }
+}
+
+/// One linear model per component, on MaxAbs-scaled features.
+fn fit_least_squares(p: &Problem<'_>, rows: &[usize], mode: Mode) -> Vec<(String, Fitted)> {
     let scales: Vec<f64> = p.features.iter().map(|(_, c)| max_abs(c, rows)).collect();
     let scaled: Vec<Vec<f64>> = p
         .features
@@ -265,49 +264,55 @@ fn fit(
         .zip(&scales)
         .map(|((_, c), s)| pick(c, rows).iter().map(|v| v / s).collect())
         .collect();
+    let cols: Vec<&[f64]> = scaled.iter().map(Vec::as_slice).collect();
     p.targets
         .iter()
         .map(|(component, target)| {
-            let y = pick(target, rows);
-            let fitted = match kind {
-                TrainerKind::Logarithmic | TrainerKind::Exponential | TrainerKind::Logistic => {
-                    let ck = match kind {
-                        TrainerKind::Logarithmic => CurveKind::Logarithmic,
-                        TrainerKind::Exponential => CurveKind::Exponential,
-                        _ => CurveKind::Logistic,
-                    };
-                    let (feature, col) =
-                        curve_feature(component, p, rows).unwrap_or((Feature::BpfCpuTimeMs, &[]));
-                    let scale = max_abs(col, rows);
-                    let x: Vec<f64> = pick(col, rows).iter().map(|v| v / scale).collect();
-                    let params = curve::fit(ck, &x, &y);
-                    Fitted::Curve {
-                        feature,
-                        scale,
-                        params,
-                    }
-                }
-                // Least squares (trees returned above).
-                _ => {
-                    let mode = match kind {
-                        TrainerKind::Ols => Mode::Ordinary,
-                        TrainerKind::Nnls => Mode::NonNegative,
-                        _ => Mode::Ridge(opts.ridge_alpha),
-                    };
-                    let cols: Vec<&[f64]> = scaled.iter().map(Vec::as_slice).collect();
-                    let (bias, w) = least_squares(&cols, &y, mode);
-                    let terms = p
-                        .features
-                        .iter()
-                        .zip(&scales)
-                        .zip(w)
-                        .map(|(((f, _), s), w)| (*f, *s, w))
-                        .collect();
-                    Fitted::Linear { bias, terms }
-                }
+            let (bias, w) = least_squares(&cols, &pick(target, rows), mode);
+            let terms = p
+                .features
+                .iter()
+                .zip(&scales)
+                .zip(w)
+                .map(|(((f, _), s), w)| (*f, *s, w))
+                .collect();
+            (component.clone(), Fitted::Linear { bias, terms })
+        })
+        .collect()
+}
+
+/// One curve per component, over the feature [`curve_feature`] picks for it.
+fn fit_curves(p: &Problem<'_>, rows: &[usize], ck: CurveKind) -> Vec<(String, Fitted)> {
+    p.targets
+        .iter()
+        .map(|(component, target)| {
+            let (feature, col) =
+                curve_feature(component, p, rows).unwrap_or((Feature::BpfCpuTimeMs, &[]));
+            let scale = max_abs(col, rows);
+            let x: Vec<f64> = pick(col, rows).iter().map(|v| v / scale).collect();
+            let params = curve::fit(ck, &x, &pick(target, rows));
+            let fitted = Fitted::Curve {
+                feature,
+                scale,
+                params,
             };
             (component.clone(), fitted)
         })
+        .collect()
+}
+
+/// One booster per component, all grown on the same bins, side by side on
+/// [`TrainOptions::threads`].
+fn fit_trees(p: &Problem<'_>, rows: &[usize], opts: &TrainOptions) -> Vec<(String, Fitted)> {
+    let raw: Vec<Vec<f64>> = p.features.iter().map(|(_, c)| pick(c, rows)).collect();
+    let binned = gbt::prepare(&raw, &opts.gbt);
+    let ys: Vec<Vec<f64>> = p.targets.iter().map(|(_, t)| pick(t, rows)).collect();
+    let ys: Vec<&[f64]> = ys.iter().map(Vec::as_slice).collect();
+    let boosters = gbt::fit_targets(&binned, &ys, &opts.gbt, opts.threads());
+    p.targets
+        .iter()
+        .zip(boosters)
+        .map(|((component, _), b)| (component.clone(), Fitted::Trees(b)))
         .collect()
 }
 
