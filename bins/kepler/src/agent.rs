@@ -66,12 +66,15 @@ pub fn run(config: Config) -> Result<()> {
         nudge
     });
     let setup::Usage {
-        source,
+        mut source,
         ebpf_stats,
         ebpf,
     } = setup::usage_source(&config, catalogue.clone(), nudge)?;
     let setup::Selection { meters, attempts } =
         setup::select_meters(&config, &host, &source.features(), &background);
+    // Probes that count what nothing reads (softirqs on a node with a power meter) would cost
+    // a program run on every event for nothing.
+    source.retain_features(&setup::features_needed(&config, &meters));
     report_denied(&health, &ebpf, &attempts);
     // Everything that needed the host's facts has them now; the raw texts need not stay.
     drop(host);

@@ -76,6 +76,18 @@ pub fn select_meters(
     registry::select(&config.meter_chains(), &cx)
 }
 
+/// The model features something reads: every one when `ebpf.exportFeatures` exports them,
+/// else those the chosen meters use. The usage source stops collecting the rest.
+pub fn features_needed(config: &Config, meters: &[Box<dyn PowerMeter>]) -> Vec<Feature> {
+    if config.ebpf.export_features {
+        return Feature::ALL.to_vec();
+    }
+    let mut needed: Vec<Feature> = meters.iter().flat_map(|m| m.features_used()).collect();
+    needed.sort_by_key(|f| f.as_str());
+    needed.dedup();
+    needed
+}
+
 /// "cpu/rapl: reason; cpu/hwmon: reason" for logs and `/readyz`.
 pub fn describe_failures(attempts: &[Attempt]) -> String {
     let failures: Vec<String> = attempts

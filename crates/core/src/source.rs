@@ -118,6 +118,12 @@ pub trait PowerMeter: Send {
     fn needs_features(&self) -> bool {
         false
     }
+    /// The model features this meter's reads may ever use, so that the usage source can stop
+    /// collecting the others. An estimating meter that can load another model while it runs
+    /// names every feature it was offered.
+    fn features_used(&self) -> Vec<Feature> {
+        Vec::new()
+    }
     /// Zone name of every reading this meter reports, in order; a name repeats once per socket
     /// (sockets are summed later, by `zone_energies`).
     fn zones(&self) -> Vec<String>;
@@ -158,5 +164,12 @@ pub trait UsageSource: Send {
     /// this source's snapshots. Every source gives busy CPU time.
     fn features(&self) -> Vec<Feature> {
         vec![Feature::BpfCpuTimeMs]
+    }
+    /// Stops collecting the optional features not in `needed`, where collecting them costs
+    /// something on every event (eBPF probes on each softirq or page-cache access); returns
+    /// [`UsageSource::features`] as it is afterwards. Called once, after the meters are chosen.
+    fn retain_features(&mut self, needed: &[Feature]) -> Vec<Feature> {
+        let _ = needed;
+        self.features()
     }
 }

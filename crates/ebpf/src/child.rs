@@ -28,7 +28,8 @@ use kepler_core::Unavailable;
 use serde::{Deserialize, Serialize};
 
 use crate::fdpass::{self, MAX_FDS};
-use crate::loader::{self, Attached, Loaded, Probes};
+use crate::loader::{self, Attached, Loaded};
+use crate::probes::{self, Labels, OptionalProbe, Probes};
 use crate::EbpfSettings;
 
 /// The hidden first argument that makes the agent's binary a loader child (see
@@ -78,13 +79,15 @@ struct Request {
 
 #[derive(Serialize, Deserialize)]
 enum Reply {
-    /// Sent after the descriptors: `maps[i]` is the name of the map at descriptor `i`; the
-    /// others are kept as they are.
+    /// Sent after the descriptors: `maps[i]` is the name of the map at descriptor `i`;
+    /// `probe_fds` says which of the others (by position, all past the maps) each optional
+    /// probe attached through, so that the agent can detach it; the rest are kept as they are.
     Loaded {
         maps: Vec<String>,
         fds: usize,
         probes: Probes,
         notes: Vec<String>,
+        probe_fds: Vec<(OptionalProbe, Vec<usize>)>,
     },
     Unavailable {
         reason: String,
@@ -116,7 +119,7 @@ pub(crate) fn load(
             Failure::Other(why) => format!("eBPF: loader process (pid {pid}): {why}"),
         })
     })?;
-    let (names, probes, notes) = match reply {
+    let (names, probes, notes, labels) = match reply {
         Reply::Unavailable { reason, denied } => {
             return Err(Unavailable { reason, denied });
         }
@@ -125,6 +128,7 @@ pub(crate) fn load(
             fds: count,
             probes,
             notes,
+            probe_fds,
         } => {
             if count != fds.len() || maps.len() > fds.len() {
                 return Err(Unavailable::new(format!(
@@ -133,10 +137,15 @@ pub(crate) fn load(
                     maps.len()
                 )));
             }
-            (maps, probes, notes)
+            (maps, probes, notes, probe_fds)
         }
     };
     let rest = fds.split_off(names.len());
+    let (rest, probe_fds) = take_labelled(rest, names.len(), labels).map_err(|why| {
+        Unavailable::new(format!(
+            "eBPF: the loader process labelled its descriptors badly: {why}"
+        ))
+    })?;
     let mut maps = HashMap::new();
     for (name, fd) in names.into_iter().zip(fds) {
         let map = MapData::from_fd(fd)
@@ -144,7 +153,7 @@ pub(crate) fn load(
             .map_err(|e| loader::unavailable(&format!("received map {name}"), &e))?;
         maps.insert(name, map);
     }
-    let mut ebpf = Attached::from_fds(maps, rest);
+    let mut ebpf = Attached::from_fds(maps, rest, probe_fds);
     let exits = loader::exits_ring(&mut ebpf)?;
     Ok(Loaded {
         ebpf,
@@ -152,7 +161,34 @@ pub(crate) fn load(
         probes,
         _counters: None,
         notes,
+        probe_fds: Vec::new(),
     })
+}
+
+/// Splits the descriptors received after the maps (`rest`, the first at position `first`)
+/// into those of each labelled probe and the others. A position out of range, among the
+/// maps, or given twice is an error.
+#[allow(clippy::type_complexity)]
+fn take_labelled(
+    rest: Vec<OwnedFd>,
+    first: usize,
+    labels: Vec<(OptionalProbe, Vec<usize>)>,
+) -> Result<(Vec<OwnedFd>, Vec<(OptionalProbe, Vec<OwnedFd>)>), String> {
+    let mut slots: Vec<Option<OwnedFd>> = rest.into_iter().map(Some).collect();
+    let mut probes = Vec::with_capacity(labels.len());
+    for (probe, positions) in labels {
+        let mut fds = Vec::with_capacity(positions.len());
+        for pos in positions {
+            let fd = pos
+                .checked_sub(first)
+                .and_then(|i| slots.get_mut(i))
+                .and_then(Option::take)
+                .ok_or_else(|| format!("{probe:?} at descriptor {pos}"))?;
+            fds.push(fd);
+        }
+        probes.push((probe, fds));
+    }
+    Ok((slots.into_iter().flatten().collect(), probes))
 }
 
 fn spawn(command: &LoaderCommand, theirs: OwnedFd) -> Result<Child, Unavailable> {
@@ -290,7 +326,7 @@ pub fn run_loader_child() -> i32 {
         hw_counters: request.hw_counters,
         ..EbpfSettings::default()
     };
-    let sent = match loader::load_here(&settings) {
+    let sent = match loader::load_here(&settings, Labels::Fds) {
         Ok(loaded) => {
             let sent = hand_over(sock.as_fd(), &loaded);
             std::mem::forget(loaded);
@@ -334,15 +370,9 @@ fn hand_over(sock: BorrowedFd<'_>, loaded: &Loaded) -> std::io::Result<()> {
     // The ring buffer was taken out of the maps; it travels too.
     names.push(crate::abi::names::EXITS.to_string());
     fds.push(loaded.exits.as_fd().as_raw_fd());
-    let listed: Vec<RawFd> = std::fs::read_dir("/proc/self/fd")?
-        .filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
-        .collect();
-    for fd in listed {
+    for fd in probes::open_fds()? {
         let standard = fd <= 2 || fd == sock.as_raw_fd();
-        // The directory listing's own descriptor is closed by now.
-        // SAFETY: F_GETFD only reads the descriptor's flags.
-        let open = unsafe { libc::fcntl(fd, libc::F_GETFD) } >= 0;
-        if !standard && open && !fds.contains(&fd) {
+        if !standard && !fds.contains(&fd) {
             fds.push(fd);
         }
     }
@@ -355,6 +385,17 @@ fn hand_over(sock: BorrowedFd<'_>, loaded: &Loaded) -> std::io::Result<()> {
             .collect();
         fdpass::send(sock, b"fds", &borrowed)?;
     }
+    let probe_fds = loaded
+        .probe_fds
+        .iter()
+        .map(|(probe, theirs)| {
+            let positions = theirs
+                .iter()
+                .filter_map(|fd| fds.iter().position(|sent| sent == fd))
+                .collect();
+            (*probe, positions)
+        })
+        .collect();
     send_reply(
         sock,
         &Reply::Loaded {
@@ -362,6 +403,7 @@ fn hand_over(sock: BorrowedFd<'_>, loaded: &Loaded) -> std::io::Result<()> {
             fds: fds.len(),
             probes: loaded.probes.clone(),
             notes: loaded.notes.clone(),
+            probe_fds,
         },
     )
 }
@@ -407,4 +449,44 @@ fn map_fd(map: &Map) -> RawFd {
 fn send_reply(sock: BorrowedFd<'_>, reply: &Reply) -> std::io::Result<()> {
     let bytes = serde_json::to_vec(reply).map_err(std::io::Error::other)?;
     fdpass::send(sock, &bytes, &[])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn fds(n: usize) -> Vec<OwnedFd> {
+        (0..n)
+            .map(|_| OwnedFd::from(std::fs::File::open("/dev/null").unwrap()))
+            .collect()
+    }
+
+    fn raw(fds: &[OwnedFd]) -> Vec<RawFd> {
+        fds.iter().map(AsRawFd::as_raw_fd).collect()
+    }
+
+    #[test]
+    fn labelled_descriptors_are_split_off_by_position() {
+        // Positions 0 and 1 were maps; the rest start at 2.
+        let rest = fds(4);
+        let all = raw(&rest);
+        let labels = vec![(OptionalProbe::Softirq, vec![3, 5])];
+        let (kept, probes) = take_labelled(rest, 2, labels).unwrap();
+        assert_eq!(raw(&kept), vec![all[0], all[2]]);
+        assert_eq!(probes.len(), 1);
+        assert_eq!(probes[0].0, OptionalProbe::Softirq);
+        assert_eq!(raw(&probes[0].1), vec![all[1], all[3]]);
+    }
+
+    #[test]
+    fn a_bad_label_is_an_error() {
+        for (positions, why) in [
+            (vec![1], "a map's position"),
+            (vec![6], "past the end"),
+            (vec![3, 3], "twice"),
+        ] {
+            let labels = vec![(OptionalProbe::PageCache, positions)];
+            assert!(take_labelled(fds(4), 2, labels).is_err(), "{why}");
+        }
+    }
 }

@@ -30,6 +30,7 @@ mod loader;
 mod map_batch;
 mod map_read;
 mod perf;
+mod probes;
 mod proc;
 mod reconcile;
 mod slim_btf;
@@ -43,7 +44,7 @@ use std::sync::Arc;
 use kepler_core::{NoWorkloads, Unavailable};
 
 pub use child::{run_loader_child, LoaderCommand, LOADER_SUBCOMMAND};
-pub use loader::{ProbeState, Probes};
+pub use probes::{ProbeState, Probes};
 pub use source::EbpfSource;
 
 /// Tunables of the eBPF source (config section `ebpf`).

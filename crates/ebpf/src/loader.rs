@@ -2,8 +2,7 @@
 //! softirq and hardware-counter probes are optional and each reports why it is off.
 
 use std::collections::HashMap;
-use std::fmt;
-use std::os::fd::{AsFd, OwnedFd};
+use std::os::fd::{AsFd, OwnedFd, RawFd};
 
 use aya::maps::{Map, MapData, RingBuf};
 use aya::programs::{BtfTracePoint, FEntry, KProbe};
@@ -12,53 +11,10 @@ use kepler_core::Unavailable;
 
 use crate::abi::{names, OBJECT};
 use crate::perf;
+use crate::probes::{attach_labelled, unload};
+use crate::probes::{Labels, OptionalProbe, ProbeState, Probes};
 use crate::slim_btf;
 use crate::EbpfSettings;
-
-/// State of one optional probe.
-#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub enum ProbeState {
-    /// Attached; the text says where (function or tracepoint).
-    Active(String),
-    /// Turned off in the settings.
-    Disabled,
-    /// Wanted but refused or missing on this kernel; the text says why.
-    Unavailable(String),
-}
-
-impl ProbeState {
-    pub fn is_active(&self) -> bool {
-        matches!(self, ProbeState::Active(_))
-    }
-}
-
-impl fmt::Display for ProbeState {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            ProbeState::Active(at) => write!(f, "on ({at})"),
-            ProbeState::Disabled => f.write_str("off (disabled)"),
-            ProbeState::Unavailable(why) => write!(f, "unavailable: {why}"),
-        }
-    }
-}
-
-/// What the loaded source measures besides CPU time and context switches.
-#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub struct Probes {
-    pub page_cache: ProbeState,
-    pub softirq: ProbeState,
-    pub hw_counters: ProbeState,
-}
-
-impl fmt::Display for Probes {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(
-            f,
-            "page cache hits {}; softirqs {}; hardware counters {}",
-            self.page_cache, self.softirq, self.hw_counters
-        )
-    }
-}
 
 /// Everything that must stay alive while the source runs: dropping `ebpf` detaches the
 /// programs, dropping the counters closes the perf events.
@@ -69,19 +25,29 @@ pub(crate) struct Loaded {
     pub _counters: Option<perf::Counters>,
     /// Warnings met on the way, for the agent's log (a loader child has none of its own).
     pub notes: Vec<String>,
+    /// The descriptors each attached optional probe opened (its program, its link, a kprobe's
+    /// perf event), for a loader child to label them when it hands them over; empty unless
+    /// asked for (see [`Labels`]).
+    pub probe_fds: Vec<(OptionalProbe, Vec<RawFd>)>,
 }
 
 /// The object's maps by name, and what keeps its programs attached: the loaded object itself,
 /// or the descriptors a loader child handed over (links, programs, perf events, maps).
 pub(crate) struct Attached {
     maps: HashMap<String, Map>,
-    _keep: Keep,
+    keep: Keep,
 }
 
-/// Held only to be dropped last.
+/// Held only to be dropped last, but for the optional probes, which can be detached earlier.
 enum Keep {
-    Object { _ebpf: Ebpf },
-    Fds { _fds: Vec<OwnedFd> },
+    Object {
+        ebpf: Ebpf,
+    },
+    Fds {
+        _fds: Vec<OwnedFd>,
+        /// What each optional probe attached through, as the loader child labelled it.
+        probes: Vec<(OptionalProbe, Vec<OwnedFd>)>,
+    },
 }
 
 impl Attached {
@@ -94,15 +60,44 @@ impl Attached {
             .collect();
         Attached {
             maps,
-            _keep: Keep::Object { _ebpf: ebpf },
+            keep: Keep::Object { ebpf },
         }
     }
 
-    /// Maps rebuilt from received descriptors; `keep` holds everything else received.
-    pub(crate) fn from_fds(maps: HashMap<String, Map>, keep: Vec<OwnedFd>) -> Self {
+    /// Maps rebuilt from received descriptors; `probes` holds what each optional probe was
+    /// attached through and `keep` everything else received.
+    pub(crate) fn from_fds(
+        maps: HashMap<String, Map>,
+        keep: Vec<OwnedFd>,
+        probes: Vec<(OptionalProbe, Vec<OwnedFd>)>,
+    ) -> Self {
         Attached {
             maps,
-            _keep: Keep::Fds { _fds: keep },
+            keep: Keep::Fds { _fds: keep, probes },
+        }
+    }
+
+    /// Detaches an optional probe's programs: they stop running on their events at once.
+    /// Counts they left in the maps stay as they were.
+    pub(crate) fn detach(&mut self, probe: OptionalProbe) -> Result<(), String> {
+        match &mut self.keep {
+            Keep::Object { ebpf } => match probe {
+                OptionalProbe::Softirq => unload(ebpf, names::SOFTIRQ_PROG),
+                OptionalProbe::PageCache => {
+                    unload(ebpf, names::PGCACHE_FENTRY_PROG)?;
+                    unload(ebpf, names::PGCACHE_PROG)
+                }
+            },
+            Keep::Fds { probes, .. } => {
+                let before = probes.len();
+                // Closing the link (and a kprobe's perf event) detaches; the program goes
+                // with its last descriptor.
+                probes.retain(|(p, _)| *p != probe);
+                if probes.len() == before {
+                    return Err("the loader process did not say which descriptors are its".into());
+                }
+                Ok(())
+            }
         }
     }
 
@@ -161,7 +156,7 @@ fn ring_size(bytes: u32) -> u32 {
 /// what is on and what is not.
 pub(crate) fn load(settings: &EbpfSettings) -> Result<Loaded, Unavailable> {
     let loaded = match &settings.loader {
-        crate::Loader::InProcess => load_here(settings)?,
+        crate::Loader::InProcess => load_here(settings, Labels::None)?,
         crate::Loader::Child(command) => crate::child::load(command, settings)?,
     };
     for note in &loaded.notes {
@@ -182,14 +177,15 @@ pub(crate) fn load(settings: &EbpfSettings) -> Result<Loaded, Unavailable> {
 }
 
 /// Loads and attaches in this process (parsing the kernel's BTF here).
-pub(crate) fn load_here(settings: &EbpfSettings) -> Result<Loaded, Unavailable> {
-    load_with(settings, perf::open_all)
+pub(crate) fn load_here(settings: &EbpfSettings, labels: Labels) -> Result<Loaded, Unavailable> {
+    load_with(settings, labels, perf::open_all)
 }
 
 /// `load`, with the function that opens the hardware counters given (tests pass one whose
 /// descriptors the maps refuse).
 fn load_with(
     settings: &EbpfSettings,
+    labels: Labels,
     open_counters: impl FnOnce(&[u32]) -> Result<perf::Counters, String>,
 ) -> Result<Loaded, Unavailable> {
     crate::caps::check_self().map_err(|r| Unavailable::denied(format!("eBPF: {r}")))?;
@@ -232,16 +228,22 @@ fn load_with(
     };
 
     attach_switch(&mut ebpf, &btf)?;
+    let mut probe_fds = Vec::new();
     let softirq = if settings.softirq {
-        attach_softirq(&mut ebpf, &btf)
+        let (state, fds) = attach_labelled(labels, || attach_softirq(&mut ebpf, &btf));
+        probe_fds.push((OptionalProbe::Softirq, fds));
+        state
     } else {
         ProbeState::Disabled
     };
     let page_cache = if settings.page_cache {
-        attach_page_cache(&mut ebpf, &btf)
+        let (state, fds) = attach_labelled(labels, || attach_page_cache(&mut ebpf, &btf));
+        probe_fds.push((OptionalProbe::PageCache, fds));
+        state
     } else {
         ProbeState::Disabled
     };
+    probe_fds.retain(|(_, fds)| !fds.is_empty());
     let mut ebpf = Attached::from_object(ebpf);
     let exits = exits_ring(&mut ebpf)?;
     Ok(Loaded {
@@ -254,6 +256,7 @@ fn load_with(
         },
         _counters: counters,
         notes,
+        probe_fds,
     })
 }
 
@@ -478,7 +481,7 @@ mod tests {
         // and the other events' counters opened but never stored.
         let dev_null = || std::os::fd::OwnedFd::from(std::fs::File::open("/dev/null").unwrap());
         let mut opened: Vec<std::os::fd::RawFd> = Vec::new();
-        let loaded = load_with(&settings, |cpus| {
+        let loaded = load_with(&settings, Labels::None, |cpus| {
             let mut c: perf::Counters = Default::default();
             for slot in c.iter_mut() {
                 for &cpu in cpus {
@@ -509,6 +512,60 @@ mod tests {
                 "fd {fd} still open"
             );
         }
+    }
+
+    /// Whether a program of this id is loaded anywhere on the machine.
+    fn program_loaded(id: u32) -> bool {
+        aya::programs::loaded_programs().any(|p| p.is_ok_and(|p| p.id() == id))
+    }
+
+    /// Whether the program is gone within a few seconds: the kernel frees a detached link,
+    /// and with it the program's last reference, from a work queue after an RCU grace period.
+    fn program_unloaded_soon(id: u32) -> bool {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+        while program_loaded(id) {
+            if std::time::Instant::now() > deadline {
+                return false;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        true
+    }
+
+    /// Detaching the softirq probe of an object loaded in this process unloads its program
+    /// from the kernel, and leaves `sched_switch` attached.
+    #[test]
+    fn a_detached_probe_leaves_the_kernel() {
+        let test = "a_detached_probe_leaves_the_kernel";
+        if crate::test_support::skip_unless_root(test) {
+            return;
+        }
+        let settings = EbpfSettings {
+            page_cache: false,
+            softirq: true,
+            hw_counters: false,
+            ..Default::default()
+        };
+        let mut loaded = load_with(&settings, Labels::None, perf::open_all).unwrap();
+        assert!(loaded.probes.softirq.is_active(), "{}", loaded.probes);
+        assert!(loaded.probe_fds.is_empty(), "labelled without being asked");
+        let id = |ebpf: &Attached, name: &str| match &ebpf.keep {
+            Keep::Object { ebpf } => ebpf.program(name).unwrap().info().unwrap().id(),
+            Keep::Fds { .. } => panic!("loaded in this process"),
+        };
+        let softirq = id(&loaded.ebpf, names::SOFTIRQ_PROG);
+        let switch = id(&loaded.ebpf, names::SWITCH_PROG);
+        assert!(program_loaded(softirq) && program_loaded(switch));
+
+        loaded.ebpf.detach(OptionalProbe::Softirq).unwrap();
+        assert!(
+            program_unloaded_soon(softirq),
+            "softirq program still loaded"
+        );
+        assert!(program_loaded(switch), "sched_switch went too");
+        // Nothing left to detach: page cache was never attached, softirq is gone.
+        loaded.ebpf.detach(OptionalProbe::PageCache).unwrap();
+        loaded.ebpf.detach(OptionalProbe::Softirq).unwrap();
     }
 
     /// The slim BTF has every name the loader looks up at the id the whole one has, aya

@@ -193,6 +193,11 @@ pub(crate) struct Reconciler {
 }
 
 impl Reconciler {
+    /// From the next step on, counters are reported as `measured` says.
+    pub(crate) fn set_measured(&mut self, measured: Measured) {
+        self.measured = measured;
+    }
+
     pub(crate) fn new(measured: Measured) -> Self {
         Reconciler {
             measured,

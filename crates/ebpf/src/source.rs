@@ -16,9 +16,10 @@ use kepler_sources::ProcfsReader;
 
 use crate::abi::{kstat, names, CpuState, ExitRecord, TaskTotals};
 use crate::cgroups::{cgroup2_mount, cgroup_v1_mount, CgroupResolver};
-use crate::loader::{self, Probes};
+use crate::loader;
 use crate::map_batch::{BatchError, BatchMap};
 use crate::map_read::{LoadedTasks, TaskReader};
+use crate::probes::{OptionalProbe, ProbeState, Probes};
 use crate::reconcile::{ExitInfo, FastMap, Host, Keys, Measured, Observed, Reconciler};
 use crate::{proc, EbpfSettings, EbpfStats};
 
@@ -42,6 +43,15 @@ pub struct EbpfSource {
     gone_descriptions: FastMap<Gone, Arc<ProcessInfo>>,
     reader: TaskReader,
     stats: Arc<EbpfStats>,
+}
+
+/// Which counters the attached probes keep current.
+fn measured(probes: &Probes) -> Measured {
+    Measured {
+        page_cache: probes.page_cache.is_active(),
+        softirq: probes.softirq.is_active(),
+        hw_counters: probes.hw_counters.is_active(),
+    }
 }
 
 impl Keys for ProcfsReader {
@@ -212,11 +222,7 @@ impl EbpfSource {
         if cgroup_root.is_none() {
             tracing::warn!("no cgroup2 mount found: exited processes keep no cgroup path");
         }
-        let measured = Measured {
-            page_cache: loaded.probes.page_cache.is_active(),
-            softirq: loaded.probes.softirq.is_active(),
-            hw_counters: loaded.probes.hw_counters.is_active(),
-        };
+        let measured = measured(&loaded.probes);
         Ok(EbpfSource {
             ebpf: loaded.ebpf,
             exits: loaded.exits,
@@ -237,6 +243,25 @@ impl EbpfSource {
     /// Which optional probes are on, and why the others are not.
     pub fn probes(&self) -> &Probes {
         &self.probes
+    }
+
+    /// Detaches an active optional probe, which then counts nothing more; from the next
+    /// snapshot on its counters are reported as unknown. A failure leaves it attached.
+    fn detach(&mut self, probe: OptionalProbe) {
+        if !self.probes.state_mut(probe).is_active() {
+            return;
+        }
+        match self.ebpf.detach(probe) {
+            Ok(()) => {
+                *self.probes.state_mut(probe) = ProbeState::Unneeded;
+                self.reconciler.set_measured(measured(&self.probes));
+                tracing::info!(
+                    probe = probe.name(),
+                    "eBPF probe detached: no meter or output reads what it counts"
+                );
+            }
+            Err(why) => tracing::warn!(probe = probe.name(), %why, "could not detach eBPF probe"),
+        }
     }
 
     /// Self-metrics, updated at each snapshot; the handle stays valid after the source is
@@ -369,6 +394,15 @@ impl UsageSource for EbpfSource {
             ]);
         }
         features
+    }
+
+    fn retain_features(&mut self, needed: &[Feature]) -> Vec<Feature> {
+        for probe in OptionalProbe::ALL {
+            if !probe.features().iter().any(|f| needed.contains(f)) {
+                self.detach(probe);
+            }
+        }
+        self.features()
     }
 
     fn snapshot(&mut self) -> Result<UsageSnapshot, ReadError> {

@@ -10,8 +10,8 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use common::*;
-use kepler_core::{NoWorkloads, Unavailable, UsageSource};
-use kepler_ebpf::{EbpfSettings, EbpfSource, Loader, LoaderCommand};
+use kepler_core::{Feature, NoWorkloads, Unavailable, UsageSource};
+use kepler_ebpf::{EbpfSettings, EbpfSource, Loader, LoaderCommand, ProbeState};
 
 /// One test at a time: each checks that it left no child behind, and the CPU-time check
 /// wants the machine to itself.
@@ -221,4 +221,106 @@ fn a_missing_loader_program_is_unavailable() {
         "{err}"
     );
     assert!(children().is_empty(), "left {:?}", children());
+}
+
+/// The BPF objects this process holds descriptors to, as (kind, fdinfo text): kind is what
+/// the descriptor links to (`anon_inode:bpf_link`, `anon_inode:bpf-prog`, ...).
+fn held_bpf_objects() -> Vec<(String, String)> {
+    let mut out = Vec::new();
+    for entry in std::fs::read_dir("/proc/self/fd").unwrap().flatten() {
+        let Ok(kind) = std::fs::read_link(entry.path()) else {
+            continue;
+        };
+        let kind = kind.to_string_lossy().into_owned();
+        if !kind.contains("bpf") {
+            continue;
+        }
+        let info = format!("/proc/self/fdinfo/{}", entry.file_name().to_string_lossy());
+        if let Ok(text) = std::fs::read_to_string(info) {
+            out.push((kind, text));
+        }
+    }
+    out
+}
+
+fn fdinfo_field<'a>(text: &'a str, field: &str) -> Option<&'a str> {
+    text.lines()
+        .find_map(|l| l.strip_prefix(field)?.strip_prefix(':'))
+        .map(str::trim)
+}
+
+/// The ids of the programs attached through links held here to tracepoint `tp`.
+fn programs_linked_to(tp: &str) -> Vec<String> {
+    held_bpf_objects()
+        .iter()
+        .filter(|(kind, text)| {
+            kind.ends_with("bpf_link") && fdinfo_field(text, "tp_name") == Some(tp)
+        })
+        .filter_map(|(_, text)| fdinfo_field(text, "prog_id").map(String::from))
+        .collect()
+}
+
+/// A probe handed over by a loader child is detached when nothing needs what it counts: its
+/// link and program descriptors are closed, sched_switch stays, and its counters read as
+/// unknown from then on. Kept while one of its features is needed.
+#[test]
+fn a_handed_over_probe_nothing_reads_is_detached() {
+    let test = "a_handed_over_probe_nothing_reads_is_detached";
+    if skip_unless_root(test) {
+        return;
+    }
+    let _serial = SERIAL.lock().unwrap_or_else(PoisonError::into_inner);
+    let mut src = match start(command("loader", Duration::from_secs(120))) {
+        Ok(s) => s,
+        Err(e) => panic!("running as root, the loader child must load: {e}"),
+    };
+    assert!(src.probes().softirq.is_active(), "{}", src.probes());
+    let softirq = programs_linked_to("softirq_entry");
+    assert_eq!(softirq.len(), 1, "one softirq link held: {softirq:?}");
+    let switch = programs_linked_to("sched_switch");
+    assert_eq!(switch.len(), 1, "one sched_switch link held: {switch:?}");
+    let irq = [
+        Feature::BpfBlockIrq,
+        Feature::BpfNetRxIrq,
+        Feature::BpfNetTxIrq,
+    ];
+
+    let kept = src.retain_features(&[Feature::BpfCpuTimeMs, Feature::BpfNetRxIrq]);
+    assert!(irq.iter().all(|f| kept.contains(f)), "{kept:?}");
+    assert_eq!(
+        programs_linked_to("softirq_entry"),
+        softirq,
+        "detached while needed"
+    );
+
+    let kept = src.retain_features(&[Feature::BpfCpuTimeMs]);
+    assert!(!irq.iter().any(|f| kept.contains(f)), "{kept:?}");
+    assert!(kept.contains(&Feature::BpfCpuTimeMs));
+    assert_eq!(src.probes().softirq, ProbeState::Unneeded);
+    assert!(
+        programs_linked_to("softirq_entry").is_empty(),
+        "softirq link still held"
+    );
+    let program_held = held_bpf_objects().iter().any(|(kind, text)| {
+        kind.ends_with("bpf-prog") && fdinfo_field(text, "prog_id") == Some(softirq[0].as_str())
+    });
+    assert!(!program_held, "softirq program descriptor still held");
+    assert_eq!(programs_linked_to("sched_switch"), switch);
+
+    // Counting goes on, without the detached counters.
+    src.snapshot().unwrap();
+    burn_cpu(Duration::from_millis(50));
+    let snap = src.snapshot().unwrap();
+    let me = std::process::id();
+    let mine = snap
+        .processes
+        .iter()
+        .find(|p| p.key.pid == me)
+        .expect("this process is counted");
+    let counters = mine.counters.as_deref().expect("counters");
+    assert_eq!(
+        (counters.irq_net_rx, counters.irq_net_tx, counters.irq_block),
+        (None, None, None)
+    );
+    assert!(counters.context_switches.is_some());
 }

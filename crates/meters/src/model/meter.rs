@@ -316,6 +316,15 @@ impl PowerMeter for ModelMeter {
         true
     }
 
+    fn features_used(&self) -> Vec<Feature> {
+        // A watched file can bring a model with other features; it must find them collected.
+        if self.file.is_some() {
+            self.available.clone()
+        } else {
+            self.predictor.features()
+        }
+    }
+
     fn read(
         &mut self,
         input: &MeterInput<'_>,
@@ -424,6 +433,32 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(err.contains("cpu_instructions"), "{err}");
+    }
+
+    /// A fixed model uses only its own features; a watched one may be replaced by a model
+    /// needing any feature the source offered, so it keeps them all.
+    #[test]
+    fn features_used_are_the_model_s_unless_it_can_change() {
+        let offered = vec![
+            Feature::BpfCpuTimeMs,
+            Feature::BpfNetRxIrq,
+            Feature::BpfPageCacheHit,
+        ];
+        let fixed = ModelMeter::new(model(), "m", OutputType::Abs, offered.clone()).unwrap();
+        assert_eq!(fixed.features_used(), vec![Feature::BpfCpuTimeMs]);
+
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("SGDRegressorTrainer_0.json");
+        std::fs::write(&path, LINEAR).unwrap();
+        let watched = ModelMeter::new(model(), "m", OutputType::Abs, offered.clone())
+            .unwrap()
+            .watch(ModelFile {
+                path,
+                trainer_hint: None,
+                check_every: Duration::ZERO,
+                follow: None,
+            });
+        assert_eq!(watched.features_used(), offered);
     }
 
     #[test]
