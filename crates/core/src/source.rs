@@ -166,8 +166,9 @@ pub trait UsageSource: Send {
         vec![Feature::BpfCpuTimeMs]
     }
     /// Stops collecting the optional features not in `needed`, where collecting them costs
-    /// something on every event (eBPF probes on each softirq or page-cache access); returns
-    /// [`UsageSource::features`] as it is afterwards. Called once, after the meters are chosen.
+    /// something on every event (eBPF probes on each softirq or page-cache access, hardware
+    /// counters read at each context switch); returns [`UsageSource::features`] as it is
+    /// afterwards. Called once, after the meters are chosen.
     fn retain_features(&mut self, needed: &[Feature]) -> Vec<Feature> {
         let _ = needed;
         self.features()

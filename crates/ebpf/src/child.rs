@@ -159,7 +159,7 @@ pub(crate) fn load(
         ebpf,
         exits,
         probes,
-        _counters: None,
+        counters: None,
         notes,
         probe_fds: Vec::new(),
     })
@@ -385,15 +385,22 @@ fn hand_over(sock: BorrowedFd<'_>, loaded: &Loaded) -> std::io::Result<()> {
             .collect();
         fdpass::send(sock, b"fds", &borrowed)?;
     }
-    let probe_fds = loaded
-        .probe_fds
+    let counters: Vec<RawFd> = loaded
+        .counters
         .iter()
+        .flatten()
+        .flatten()
+        .map(|(_, fd)| fd.as_raw_fd())
+        .collect();
+    let labelled = loaded.probe_fds.iter().map(|(p, fds)| (*p, fds.as_slice()));
+    let probe_fds = labelled
+        .chain((!counters.is_empty()).then_some((OptionalProbe::HwCounters, counters.as_slice())))
         .map(|(probe, theirs)| {
             let positions = theirs
                 .iter()
                 .filter_map(|fd| fds.iter().position(|sent| sent == fd))
                 .collect();
-            (*probe, positions)
+            (probe, positions)
         })
         .collect();
     send_reply(

@@ -22,7 +22,9 @@ pub(crate) struct Loaded {
     pub ebpf: Attached,
     pub exits: RingBuf<MapData>,
     pub probes: Probes,
-    pub _counters: Option<perf::Counters>,
+    /// The hardware counters opened in this process (a loader child's arrive among the
+    /// descriptors, labelled).
+    pub counters: Option<perf::Counters>,
     /// Warnings met on the way, for the agent's log (a loader child has none of its own).
     pub notes: Vec<String>,
     /// The descriptors each attached optional probe opened (its program, its link, a kprobe's
@@ -77,9 +79,23 @@ impl Attached {
         }
     }
 
-    /// Detaches an optional probe's programs: they stop running on their events at once.
-    /// Counts they left in the maps stay as they were.
+    /// Detaches an optional probe: its programs stop running on their events at once, or,
+    /// for the hardware counters, `sched_switch` stops reading them (the caller then closes
+    /// counters it opened itself). Counts left in the maps stay as they were.
     pub(crate) fn detach(&mut self, probe: OptionalProbe) -> Result<(), String> {
+        if probe == OptionalProbe::HwCounters {
+            for name in [names::HW_CYCLES, names::HW_INSTR, names::HW_CMISS] {
+                let Some(Map::PerfEventArray(data)) = self.maps.get(name) else {
+                    return Err(format!("no {name} map"));
+                };
+                let slots = data
+                    .info()
+                    .map_err(|e| format!("{name}: {}", chain(&e)))?
+                    .max_entries();
+                perf::clear(data.fd().as_fd(), slots)
+                    .map_err(|e| format!("clearing {name}: {e}"))?;
+            }
+        }
         match &mut self.keep {
             Keep::Object { ebpf } => match probe {
                 OptionalProbe::Softirq => unload(ebpf, names::SOFTIRQ_PROG),
@@ -87,6 +103,8 @@ impl Attached {
                     unload(ebpf, names::PGCACHE_FENTRY_PROG)?;
                     unload(ebpf, names::PGCACHE_PROG)
                 }
+                // Opened in this process: their owner closes them.
+                OptionalProbe::HwCounters => Ok(()),
             },
             Keep::Fds { probes, .. } => {
                 let before = probes.len();
@@ -254,7 +272,7 @@ fn load_with(
             softirq,
             hw_counters,
         },
-        _counters: counters,
+        counters,
         notes,
         probe_fds,
     })
@@ -497,7 +515,7 @@ mod tests {
             ProbeState::Unavailable(why) => assert!(why.starts_with("storing hw_cycles["), "{why}"),
             other => panic!("hardware counters {other}"),
         }
-        assert!(loaded._counters.is_none());
+        assert!(loaded.counters.is_none());
         assert_eq!(
             hw_flag(&loaded.ebpf),
             Some(0),
@@ -566,6 +584,51 @@ mod tests {
         // Nothing left to detach: page cache was never attached, softirq is gone.
         loaded.ebpf.detach(OptionalProbe::PageCache).unwrap();
         loaded.ebpf.detach(OptionalProbe::Softirq).unwrap();
+    }
+
+    /// With the counters detached, `sched_switch` no longer reads them: this process's count
+    /// stops moving however much it runs. Software CPU-clock events stand in for the PMU,
+    /// which this VM does not have; the program reads them the same way.
+    #[test]
+    fn detached_counters_are_no_longer_read() {
+        let test = "detached_counters_are_no_longer_read";
+        if crate::test_support::skip_unless_root(test) {
+            return;
+        }
+        let settings = EbpfSettings {
+            page_cache: false,
+            softirq: false,
+            hw_counters: true,
+            ..Default::default()
+        };
+        let mut loaded = load_with(&settings, Labels::None, perf::open_all_software).unwrap();
+        assert!(loaded.probes.hw_counters.is_active(), "{}", loaded.probes);
+        let me = std::process::id();
+        let counted = |ebpf: &Attached| {
+            let map = ebpf.map(names::TASKS).unwrap();
+            let tasks =
+                aya::maps::HashMap::<&MapData, u32, crate::abi::TaskTotals>::try_from(map).unwrap();
+            tasks.get(&me, 0).map_or(0, |t| t.cycles)
+        };
+        // Runs, then sleeps: the switch out charges the clock that ran meanwhile.
+        let run = || {
+            let end = std::time::Instant::now() + std::time::Duration::from_millis(30);
+            while std::time::Instant::now() < end {
+                std::hint::black_box(0u64);
+            }
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        };
+        run();
+        let before = counted(&loaded.ebpf);
+        run();
+        assert!(counted(&loaded.ebpf) > before, "counted while attached");
+
+        loaded.ebpf.detach(OptionalProbe::HwCounters).unwrap();
+        loaded.counters = None;
+        run();
+        let after = counted(&loaded.ebpf);
+        run();
+        assert_eq!(counted(&loaded.ebpf), after, "still read after detaching");
     }
 
     /// The slim BTF has every name the loader looks up at the id the whole one has, aya

@@ -12,6 +12,7 @@ const PERF_COUNT_HW_INSTRUCTIONS: u64 = 1;
 const PERF_COUNT_HW_CACHE_MISSES: u64 = 3;
 const PERF_FLAG_FD_CLOEXEC: libc::c_ulong = 8;
 const BPF_MAP_UPDATE_ELEM: libc::c_long = 2;
+const BPF_MAP_DELETE_ELEM: libc::c_long = 3;
 
 /// `struct perf_event_attr` up to its first published size (PERF_ATTR_SIZE_VER0 = 64 bytes),
 /// which is all a counting event needs; the kernel zero-extends the rest.
@@ -41,8 +42,12 @@ pub(crate) const EVENTS: [(&str, u64); 3] = [
 
 /// Opens one hardware counting event on `cpu` for every task (pid −1).
 fn open_counter(config: u64, cpu: u32) -> io::Result<OwnedFd> {
+    open_event(PERF_TYPE_HARDWARE, config, cpu)
+}
+
+fn open_event(type_: u32, config: u64, cpu: u32) -> io::Result<OwnedFd> {
     let attr = PerfEventAttr {
-        type_: PERF_TYPE_HARDWARE,
+        type_,
         size: std::mem::size_of::<PerfEventAttr>() as u32,
         config,
         ..Default::default()
@@ -87,7 +92,25 @@ pub(crate) fn open_all(cpus: &[u32]) -> Result<Counters, String> {
     Ok(out)
 }
 
-/// `union bpf_attr` as used by BPF_MAP_UPDATE_ELEM.
+/// The software CPU clock on every CPU in place of the three hardware events, for tests on
+/// machines without a PMU: it counts nanoseconds on the CPU, and the program reads it the same
+/// way.
+#[cfg(test)]
+pub(crate) fn open_all_software(cpus: &[u32]) -> Result<Counters, String> {
+    const PERF_TYPE_SOFTWARE: u32 = 1;
+    const PERF_COUNT_SW_CPU_CLOCK: u64 = 0;
+    let mut out: Counters = Default::default();
+    for slot in out.iter_mut() {
+        for &cpu in cpus {
+            let fd = open_event(PERF_TYPE_SOFTWARE, PERF_COUNT_SW_CPU_CLOCK, cpu)
+                .map_err(|e| format!("cpu-clock on cpu {cpu}: {e}"))?;
+            slot.push((cpu, fd));
+        }
+    }
+    Ok(out)
+}
+
+/// `union bpf_attr` as used by BPF_MAP_UPDATE_ELEM and BPF_MAP_DELETE_ELEM.
 #[repr(C)]
 struct MapElemAttr {
     map_fd: u32,
@@ -121,6 +144,38 @@ pub(crate) fn store_fd(map: BorrowedFd<'_>, cpu: u32, value_fd: &OwnedFd) -> io:
     };
     if rc < 0 {
         return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// Empties slots `0..slots` of a `PERF_EVENT_ARRAY`: the map lets go of its events, and the
+/// program's reads of them fail (it then counts nothing) instead of reading the PMU.
+pub(crate) fn clear(map: BorrowedFd<'_>, slots: u32) -> io::Result<()> {
+    let map_fd = u32::try_from(map.as_raw_fd()).map_err(|_| io::Error::other("negative fd"))?;
+    for key in 0..slots {
+        let attr = MapElemAttr {
+            map_fd,
+            _pad: 0,
+            key: &key as *const u32 as u64,
+            value: 0,
+            flags: 0,
+        };
+        // SAFETY: `attr` points at `key`, which outlives the call; DELETE reads no value.
+        let rc = unsafe {
+            libc::syscall(
+                libc::SYS_bpf,
+                BPF_MAP_DELETE_ELEM,
+                &attr as *const MapElemAttr,
+                std::mem::size_of::<MapElemAttr>() as libc::c_uint,
+            )
+        };
+        if rc < 0 {
+            let e = io::Error::last_os_error();
+            // A CPU that was offline at load has no event to let go of.
+            if e.raw_os_error() != Some(libc::ENOENT) {
+                return Err(e);
+            }
+        }
     }
     Ok(())
 }

@@ -65,21 +65,28 @@ impl Probes {
         match probe {
             OptionalProbe::Softirq => &mut self.softirq,
             OptionalProbe::PageCache => &mut self.page_cache,
+            OptionalProbe::HwCounters => &mut self.hw_counters,
         }
     }
 }
 
-/// The probes whose programs run on events of their own (every softirq, every page-cache
-/// access) and can be detached once loaded. Hardware counters are read by `sched_switch`
-/// itself, so they are not among them.
+/// The probes that can be detached once loaded: two programs that run on events of their
+/// own (every softirq, every page-cache access), and the hardware counters that
+/// `sched_switch` reads at every switch (three PMU reads each, and three PMU counters per CPU
+/// taken from whoever else profiles the node).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub(crate) enum OptionalProbe {
     Softirq,
     PageCache,
+    HwCounters,
 }
 
 impl OptionalProbe {
-    pub(crate) const ALL: [OptionalProbe; 2] = [OptionalProbe::Softirq, OptionalProbe::PageCache];
+    pub(crate) const ALL: [OptionalProbe; 3] = [
+        OptionalProbe::Softirq,
+        OptionalProbe::PageCache,
+        OptionalProbe::HwCounters,
+    ];
 
     /// The model features its counts feed.
     pub(crate) fn features(self) -> &'static [Feature] {
@@ -90,6 +97,11 @@ impl OptionalProbe {
                 Feature::BpfNetTxIrq,
             ],
             OptionalProbe::PageCache => &[Feature::BpfPageCacheHit],
+            OptionalProbe::HwCounters => &[
+                Feature::CpuCycles,
+                Feature::CpuInstructions,
+                Feature::CacheMiss,
+            ],
         }
     }
 
@@ -97,6 +109,7 @@ impl OptionalProbe {
         match self {
             OptionalProbe::Softirq => "softirq counting",
             OptionalProbe::PageCache => "page-cache counting",
+            OptionalProbe::HwCounters => "hardware counters",
         }
     }
 }

@@ -28,7 +28,8 @@ pub struct EbpfSource {
     ebpf: loader::Attached,
     exits: RingBuf<MapData>,
     probes: Probes,
-    _counters: Option<crate::perf::Counters>,
+    /// Hardware counters opened in this process, closed when detached.
+    counters: Option<crate::perf::Counters>,
     /// The host's `/proc`: node CPU times, and process descriptions read as the procfs
     /// source reads them.
     procfs: ProcfsReader,
@@ -227,7 +228,7 @@ impl EbpfSource {
             ebpf: loaded.ebpf,
             exits: loaded.exits,
             probes: loaded.probes,
-            _counters: loaded._counters,
+            counters: loaded.counters,
             procfs,
             classifier,
             cgroups: CgroupResolver::new(cgroup_root),
@@ -253,6 +254,9 @@ impl EbpfSource {
         }
         match self.ebpf.detach(probe) {
             Ok(()) => {
+                if probe == OptionalProbe::HwCounters {
+                    self.counters = None;
+                }
                 *self.probes.state_mut(probe) = ProbeState::Unneeded;
                 self.reconciler.set_measured(measured(&self.probes));
                 tracing::info!(
