@@ -81,19 +81,25 @@ impl Attached {
 
     /// Detaches an optional probe: its programs stop running on their events at once, or,
     /// for the hardware counters, `sched_switch` stops reading them (the caller then closes
-    /// counters it opened itself). Counts left in the maps stay as they were.
+    /// counters it opened itself). Counts left in the maps stay as they were. An error means
+    /// that nothing changed and the probe counts on.
     pub(crate) fn detach(&mut self, probe: OptionalProbe) -> Result<(), String> {
+        let labelled = match &self.keep {
+            Keep::Fds { probes, .. } => Some(
+                probes
+                    .iter()
+                    .position(|(p, _)| *p == probe)
+                    .ok_or("the loader process did not say which descriptors are its")?,
+            ),
+            Keep::Object { .. } => None,
+        };
         if probe == OptionalProbe::HwCounters {
+            // From here the counts cannot be trusted whatever happens, so a slot that cannot
+            // be emptied is only logged: its reads go on costing, but count for nothing.
             for name in [names::HW_CYCLES, names::HW_INSTR, names::HW_CMISS] {
-                let Some(Map::PerfEventArray(data)) = self.maps.get(name) else {
-                    return Err(format!("no {name} map"));
-                };
-                let slots = data
-                    .info()
-                    .map_err(|e| format!("{name}: {}", chain(&e)))?
-                    .max_entries();
-                perf::clear(data.fd().as_fd(), slots)
-                    .map_err(|e| format!("clearing {name}: {e}"))?;
+                if let Err(why) = self.clear_perf_array(name) {
+                    tracing::warn!(map = name, %why, "hardware counter slots left in place");
+                }
             }
         }
         match &mut self.keep {
@@ -106,17 +112,24 @@ impl Attached {
                 // Opened in this process: their owner closes them.
                 OptionalProbe::HwCounters => Ok(()),
             },
+            // Closing the link (and a kprobe's perf event) detaches; a program goes with its
+            // last descriptor, a counter with its own.
             Keep::Fds { probes, .. } => {
-                let before = probes.len();
-                // Closing the link (and a kprobe's perf event) detaches; the program goes
-                // with its last descriptor.
-                probes.retain(|(p, _)| *p != probe);
-                if probes.len() == before {
-                    return Err("the loader process did not say which descriptors are its".into());
+                if let Some(at) = labelled {
+                    drop(probes.swap_remove(at));
                 }
                 Ok(())
             }
         }
+    }
+
+    /// Empties every slot of the `PERF_EVENT_ARRAY` `name`.
+    fn clear_perf_array(&self, name: &str) -> Result<(), String> {
+        let Some(Map::PerfEventArray(data)) = self.maps.get(name) else {
+            return Err(format!("no {name} map"));
+        };
+        let slots = data.info().map_err(|e| chain(&e))?.max_entries();
+        perf::clear(data.fd().as_fd(), slots).map_err(|e| e.to_string())
     }
 
     pub fn map(&self, name: &str) -> Option<&Map> {
@@ -530,6 +543,39 @@ mod tests {
                 "fd {fd} still open"
             );
         }
+    }
+
+    /// From a loader child, a probe is detached by closing the descriptors labelled with it;
+    /// one it did not label cannot be, and nothing changes. The labelled descriptor is a
+    /// pipe's write end: its reader sees the end of the pipe once, and only once, it closes.
+    #[test]
+    fn received_probes_are_detached_by_their_labels() {
+        use std::io::Read;
+        use std::os::fd::FromRawFd;
+        let mut ends = [0; 2];
+        // Non-blocking: with the write end still open, the read fails instead of waiting.
+        let flags = libc::O_CLOEXEC | libc::O_NONBLOCK;
+        // SAFETY: `ends` has room for the two descriptors pipe2 writes.
+        assert_eq!(unsafe { libc::pipe2(ends.as_mut_ptr(), flags) }, 0);
+        // SAFETY: both descriptors were just created and nothing else owns them.
+        let (reader, writer) =
+            unsafe { (OwnedFd::from_raw_fd(ends[0]), OwnedFd::from_raw_fd(ends[1])) };
+        let mut reader = std::fs::File::from(reader);
+        let dev_null = OwnedFd::from(std::fs::File::open("/dev/null").unwrap());
+        let mut attached = Attached::from_fds(
+            HashMap::new(),
+            vec![dev_null],
+            vec![(OptionalProbe::Softirq, vec![writer])],
+        );
+        assert!(attached.detach(OptionalProbe::PageCache).is_err());
+        attached.detach(OptionalProbe::Softirq).unwrap();
+        let mut rest = Vec::new();
+        let read = reader.read_to_end(&mut rest);
+        assert_eq!(read.map_err(|e| e.kind()), Ok(0), "write end closed");
+        assert!(
+            attached.detach(OptionalProbe::Softirq).is_err(),
+            "detached twice"
+        );
     }
 
     /// Whether a program of this id is loaded anywhere on the machine.

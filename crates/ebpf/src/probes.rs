@@ -1,8 +1,8 @@
 //! The optional probes (softirq and page-cache counting, hardware counters): what state each
-//! is in, and, for the two whose programs run on events of their own, how they are detached
-//! once the agent knows that nothing reads their counts. A probe attached in this process is
-//! unloaded by program name; one attached by a loader child is known by the descriptors its
-//! attach opened, which the child lists before and after attaching it and hands over labelled.
+//! is in, and how each is detached once the agent knows that nothing reads its counts. A
+//! program attached in this process is unloaded by name; one attached by a loader child is
+//! known by the descriptors its attach opened, which the child lists before and after
+//! attaching it and hands over labelled (with the counters' own descriptors).
 
 use std::fmt;
 use std::os::fd::RawFd;
