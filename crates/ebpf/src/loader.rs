@@ -596,21 +596,37 @@ mod tests {
         true
     }
 
+    /// The one optional probe a detach test loads.
+    enum Probe {
+        Softirq,
+        /// Software CPU-clock events in the hardware counters' maps.
+        SoftwareCounters,
+    }
+
+    /// Loads in this process with `probe` as the only optional probe; `None` (the test
+    /// skipped) unless root.
+    fn load_as_root(test: &str, probe: Probe) -> Option<Loaded> {
+        if crate::test_support::skip_unless_root(test) {
+            return None;
+        }
+        let counters = matches!(probe, Probe::SoftwareCounters);
+        let settings = EbpfSettings {
+            page_cache: false,
+            softirq: !counters,
+            hw_counters: counters,
+            ..Default::default()
+        };
+        Some(load_with(&settings, Labels::None, perf::open_all_software).unwrap())
+    }
+
     /// Detaching the softirq probe of an object loaded in this process unloads its program
     /// from the kernel, and leaves `sched_switch` attached.
     #[test]
     fn a_detached_probe_leaves_the_kernel() {
         let test = "a_detached_probe_leaves_the_kernel";
-        if crate::test_support::skip_unless_root(test) {
+        let Some(mut loaded) = load_as_root(test, Probe::Softirq) else {
             return;
-        }
-        let settings = EbpfSettings {
-            page_cache: false,
-            softirq: true,
-            hw_counters: false,
-            ..Default::default()
         };
-        let mut loaded = load_with(&settings, Labels::None, perf::open_all).unwrap();
         assert!(loaded.probes.softirq.is_active(), "{}", loaded.probes);
         assert!(loaded.probe_fds.is_empty(), "labelled without being asked");
         let id = |ebpf: &Attached, name: &str| match &ebpf.keep {
@@ -638,16 +654,9 @@ mod tests {
     #[test]
     fn detached_counters_are_no_longer_read() {
         let test = "detached_counters_are_no_longer_read";
-        if crate::test_support::skip_unless_root(test) {
+        let Some(mut loaded) = load_as_root(test, Probe::SoftwareCounters) else {
             return;
-        }
-        let settings = EbpfSettings {
-            page_cache: false,
-            softirq: false,
-            hw_counters: true,
-            ..Default::default()
         };
-        let mut loaded = load_with(&settings, Labels::None, perf::open_all_software).unwrap();
         assert!(loaded.probes.hw_counters.is_active(), "{}", loaded.probes);
         let me = std::process::id();
         let counted = |ebpf: &Attached| {

@@ -120,24 +120,36 @@ struct MapElemAttr {
     flags: u64,
 }
 
-/// Stores `value_fd` at index `cpu` of a `PERF_EVENT_ARRAY`. aya 0.14 only offers that map as
-/// an output buffer, so the update is one raw `bpf(2)` call.
-pub(crate) fn store_fd(map: BorrowedFd<'_>, cpu: u32, value_fd: &OwnedFd) -> io::Result<()> {
-    let key = cpu;
-    let value: u32 =
-        u32::try_from(value_fd.as_fd().as_raw_fd()).map_err(|_| io::Error::other("negative fd"))?;
+/// One element command (`BPF_MAP_UPDATE_ELEM` with a value, `BPF_MAP_DELETE_ELEM` without)
+/// on slot `key` of a `PERF_EVENT_ARRAY`, whose values are descriptors. aya 0.14 only offers
+/// that map as an output buffer, hence the raw `bpf(2)` call.
+fn elem_command(
+    cmd: libc::c_long,
+    map: BorrowedFd<'_>,
+    key: u32,
+    value_fd: Option<BorrowedFd<'_>>,
+) -> io::Result<()> {
+    let negative = |_| io::Error::other("negative fd");
+    let value: u32 = match value_fd {
+        Some(fd) => u32::try_from(fd.as_raw_fd()).map_err(negative)?,
+        None => 0,
+    };
     let attr = MapElemAttr {
-        map_fd: u32::try_from(map.as_raw_fd()).map_err(|_| io::Error::other("negative fd"))?,
+        map_fd: u32::try_from(map.as_raw_fd()).map_err(negative)?,
         _pad: 0,
         key: &key as *const u32 as u64,
-        value: &value as *const u32 as u64,
+        value: if value_fd.is_some() {
+            &value as *const u32 as u64
+        } else {
+            0
+        },
         flags: 0,
     };
     // SAFETY: `attr` points at `key` and `value`, which outlive the call.
     let rc = unsafe {
         libc::syscall(
             libc::SYS_bpf,
-            BPF_MAP_UPDATE_ELEM,
+            cmd,
             &attr as *const MapElemAttr,
             std::mem::size_of::<MapElemAttr>() as libc::c_uint,
         )
@@ -148,33 +160,19 @@ pub(crate) fn store_fd(map: BorrowedFd<'_>, cpu: u32, value_fd: &OwnedFd) -> io:
     Ok(())
 }
 
+/// Stores `value_fd` at index `cpu` of a `PERF_EVENT_ARRAY`.
+pub(crate) fn store_fd(map: BorrowedFd<'_>, cpu: u32, value_fd: &OwnedFd) -> io::Result<()> {
+    elem_command(BPF_MAP_UPDATE_ELEM, map, cpu, Some(value_fd.as_fd()))
+}
+
 /// Empties slots `0..slots` of a `PERF_EVENT_ARRAY`: the map lets go of its events, and the
 /// program's reads of them fail (it then counts nothing) instead of reading the PMU.
 pub(crate) fn clear(map: BorrowedFd<'_>, slots: u32) -> io::Result<()> {
-    let map_fd = u32::try_from(map.as_raw_fd()).map_err(|_| io::Error::other("negative fd"))?;
     for key in 0..slots {
-        let attr = MapElemAttr {
-            map_fd,
-            _pad: 0,
-            key: &key as *const u32 as u64,
-            value: 0,
-            flags: 0,
-        };
-        // SAFETY: `attr` points at `key`, which outlives the call; DELETE reads no value.
-        let rc = unsafe {
-            libc::syscall(
-                libc::SYS_bpf,
-                BPF_MAP_DELETE_ELEM,
-                &attr as *const MapElemAttr,
-                std::mem::size_of::<MapElemAttr>() as libc::c_uint,
-            )
-        };
-        if rc < 0 {
-            let e = io::Error::last_os_error();
+        match elem_command(BPF_MAP_DELETE_ELEM, map, key, None) {
             // A CPU that was offline at load has no event to let go of.
-            if e.raw_os_error() != Some(libc::ENOENT) {
-                return Err(e);
-            }
+            Err(e) if e.raw_os_error() != Some(libc::ENOENT) => return Err(e),
+            _ => {}
         }
     }
     Ok(())

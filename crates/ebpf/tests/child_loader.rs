@@ -97,6 +97,14 @@ fn children() -> Vec<String> {
     out
 }
 
+/// A source loaded by a loader child, as root must be able to.
+fn start_as_root() -> EbpfSource {
+    match start(command("loader", Duration::from_secs(120))) {
+        Ok(s) => s,
+        Err(e) => panic!("running as root, the loader child must load: {e}"),
+    }
+}
+
 fn expect_unavailable(mode: &str, timeout: Duration) -> (Unavailable, Duration) {
     let started = Instant::now();
     let err = match start(command(mode, timeout)) {
@@ -116,10 +124,7 @@ fn maps_from_a_loader_child_count_a_busy_process() {
         return;
     }
     let _serial = SERIAL.lock().unwrap_or_else(PoisonError::into_inner);
-    let mut src = match start(command("loader", Duration::from_secs(120))) {
-        Ok(s) => s,
-        Err(e) => panic!("running as root, the loader child must load: {e}"),
-    };
+    let mut src = start_as_root();
     assert!(children().is_empty(), "loader left {:?}", children());
     println!("probes: {}", src.probes());
     src.snapshot().unwrap();
@@ -270,10 +275,7 @@ fn a_handed_over_probe_nothing_reads_is_detached() {
         return;
     }
     let _serial = SERIAL.lock().unwrap_or_else(PoisonError::into_inner);
-    let mut src = match start(command("loader", Duration::from_secs(120))) {
-        Ok(s) => s,
-        Err(e) => panic!("running as root, the loader child must load: {e}"),
-    };
+    let mut src = start_as_root();
     assert!(src.probes().softirq.is_active(), "{}", src.probes());
     let softirq = programs_linked_to("softirq_entry");
     assert_eq!(softirq.len(), 1, "one softirq link held: {softirq:?}");
