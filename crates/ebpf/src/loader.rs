@@ -82,7 +82,8 @@ impl Attached {
     /// Detaches an optional probe: its programs stop running on their events at once, or,
     /// for the hardware counters, `sched_switch` stops reading them (the caller then closes
     /// counters it opened itself). Counts left in the maps stay as they were. An error means
-    /// that nothing changed and the probe counts on.
+    /// that the probe may still be counting: a loader child's probe without labels is left
+    /// untouched, and a program the kernel would not detach stays.
     pub(crate) fn detach(&mut self, probe: OptionalProbe) -> Result<(), String> {
         let labelled = match &self.keep {
             Keep::Fds { probes, .. } => Some(
