@@ -10,8 +10,9 @@
 
 use std::fs::{self, File};
 use std::io;
-use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
+
+use kepler_sources::bounded::{open_file_limit, read_again_from_start};
 
 /// Which of upstream's `exporter.prometheus.debugCollectors` are on.
 #[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
@@ -91,10 +92,12 @@ impl SelfReader {
 
     pub fn read(&self) -> io::Result<ProcessStats> {
         let mut buf = [0u8; STAT_MAX];
-        let len = read_whole_at_start(&self.stat, &mut buf)?;
+        let len = read_again_from_start(&self.stat, &mut buf)?.ok_or_else(|| {
+            io::Error::new(io::ErrorKind::InvalidData, "/proc/self/stat is too long")
+        })?;
         // The command name may be any bytes; the numbers after it are ASCII.
         let stat = String::from_utf8_lossy(buf.get(..len).unwrap_or_default());
-        parse(&stat, self.scale, self.open_fds()?, max_fds()?).ok_or_else(|| {
+        parse(&stat, self.scale, self.open_fds()?, open_file_limit()?).ok_or_else(|| {
             io::Error::new(
                 io::ErrorKind::InvalidData,
                 "unexpected /proc/self/stat format",
@@ -111,51 +114,6 @@ impl SelfReader {
             n => Ok(n),
         }
     }
-}
-
-/// Reads `file` from offset 0 to its end into `buf`; an error if it does not fit. A short
-/// read that ends a line is the whole file: procfs makes the text in one go and hands all of
-/// it to a large enough read, so the read that would return 0 is skipped.
-fn read_whole_at_start(file: &File, buf: &mut [u8]) -> io::Result<usize> {
-    let mut len = 0;
-    loop {
-        let Some(rest) = buf.get_mut(len..).filter(|r| !r.is_empty()) else {
-            return Err(io::Error::new(
-                io::ErrorKind::InvalidData,
-                "/proc/self/stat is too long",
-            ));
-        };
-        let room = rest.len();
-        match file.read_at(rest, len as u64) {
-            Ok(0) => return Ok(len),
-            Ok(n) => {
-                len += n;
-                if n < room && buf.get(len - 1) == Some(&b'\n') {
-                    return Ok(len);
-                }
-            }
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-            Err(e) => return Err(e),
-        }
-    }
-}
-
-/// The soft limit on open descriptors; "unlimited" is reported as the largest value, as
-/// Prometheus' clients do.
-fn max_fds() -> io::Result<u64> {
-    let mut limit = libc::rlimit {
-        rlim_cur: 0,
-        rlim_max: 0,
-    };
-    // SAFETY: getrlimit writes one rlimit, which `limit` is.
-    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) } != 0 {
-        return Err(io::Error::last_os_error());
-    }
-    Ok(if limit.rlim_cur == libc::RLIM_INFINITY {
-        u64::MAX
-    } else {
-        limit.rlim_cur
-    })
 }
 
 /// The boot time (Unix seconds) from `/proc/stat`'s `btime` line.
@@ -277,17 +235,5 @@ mod tests {
             after.cpu_seconds >= before.cpu_seconds + 0.05,
             "{before:?} then {after:?}"
         );
-    }
-
-    #[test]
-    fn a_file_longer_than_the_buffer_is_an_error() {
-        let path = std::env::temp_dir().join(format!("kepler-self-stat-{}", std::process::id()));
-        fs::write(&path, vec![b'7'; 64]).unwrap();
-        let file = File::open(&path).unwrap();
-        let mut small = [0u8; 16];
-        assert!(read_whole_at_start(&file, &mut small).is_err());
-        let mut big = [0u8; 128];
-        assert_eq!(read_whole_at_start(&file, &mut big).unwrap(), 64);
-        fs::remove_file(&path).unwrap();
     }
 }

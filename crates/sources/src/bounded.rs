@@ -7,7 +7,7 @@
 
 use std::fs::{File, OpenOptions};
 use std::io::{self, Read};
-use std::os::unix::fs::OpenOptionsExt;
+use std::os::unix::fs::{FileExt, OpenOptionsExt};
 use std::path::Path;
 
 /// Limits per kind of file, in bytes.
@@ -74,6 +74,51 @@ pub fn read_limited(path: &Path, limit: u64) -> Result<Vec<u8>, BoundedReadError
 pub fn read_to_string_limited(path: &Path, limit: u64) -> Result<String, BoundedReadError> {
     String::from_utf8(read_limited(path, limit)?).map_err(|_| BoundedReadError::NotText {
         path: path.display().to_string(),
+    })
+}
+
+/// Reads a file held open again from its start into `buf`: `Some(length)` when the whole of
+/// it fit, `None` when `buf` filled first. A procfs file (`/proc/<pid>/stat`) read this way
+/// shows the process as it is now, for one `pread` instead of an open, reads and a close. A
+/// short read that ends a line is taken as the whole file: procfs makes the text in one go
+/// and hands all of it to a large enough read, so the read that would return 0 is skipped.
+pub fn read_again_from_start(file: &File, buf: &mut [u8]) -> io::Result<Option<usize>> {
+    let mut len = 0;
+    loop {
+        let Some(rest) = buf.get_mut(len..).filter(|r| !r.is_empty()) else {
+            return Ok(None);
+        };
+        let room = rest.len();
+        match file.read_at(rest, len as u64) {
+            Ok(0) => return Ok(Some(len)),
+            Ok(n) => {
+                len += n;
+                if n < room && buf.get(len - 1) == Some(&b'\n') {
+                    return Ok(Some(len));
+                }
+            }
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+}
+
+/// This process's soft limit on open descriptors, which bounds how many files a reader may
+/// keep open; "unlimited" is `u64::MAX`. Read when needed, not once: the HTTP server raises
+/// it after the other components start.
+pub fn open_file_limit() -> io::Result<u64> {
+    let mut limit = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit writes one rlimit, which `limit` is.
+    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(if limit.rlim_cur == libc::RLIM_INFINITY {
+        u64::MAX
+    } else {
+        limit.rlim_cur
     })
 }
 
@@ -152,6 +197,18 @@ impl<R: Read> Read for LineLimitedReader<R> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_file_longer_than_the_buffer_is_not_read_whole() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("stat");
+        std::fs::write(&path, vec![b'7'; 64]).unwrap();
+        let file = File::open(&path).unwrap();
+        let mut small = [0u8; 16];
+        assert_eq!(read_again_from_start(&file, &mut small).unwrap(), None);
+        let mut big = [0u8; 128];
+        assert_eq!(read_again_from_start(&file, &mut big).unwrap(), Some(64));
+    }
 
     #[test]
     fn endless_files_end_in_an_error() {

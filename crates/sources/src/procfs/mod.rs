@@ -235,17 +235,10 @@ impl UsageSource for ProcfsSource {
 /// `cap`, or fewer under a small open-file limit: an eighth of it at most, the rest being for
 /// connections, meters and model files.
 fn held_stat_budget(cap: usize) -> usize {
-    let mut limit = libc::rlimit {
-        rlim_cur: 0,
-        rlim_max: 0,
-    };
-    // SAFETY: getrlimit writes one rlimit, which `limit` is.
-    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) } != 0 {
-        return 0;
+    match crate::bounded::open_file_limit() {
+        Ok(limit) => usize::try_from(limit / 8).unwrap_or(usize::MAX).min(cap),
+        Err(_) => 0,
     }
-    usize::try_from(limit.rlim_cur / 8)
-        .unwrap_or(usize::MAX)
-        .min(cap)
 }
 
 /// Checks a procfs tree for `kepler probe`; the detail says what was found.

@@ -2,12 +2,11 @@
 
 use std::fs::File;
 use std::io::{self, Read};
-use std::os::unix::fs::FileExt;
 use std::path::Path;
 
 use kepler_core::ReadError;
 
-use crate::bounded::{limits, open_nonblocking};
+use crate::bounded::{limits, open_nonblocking, read_again_from_start};
 
 /// A reusable read buffer. Its `Vec` stays at full length so reads need no re-zeroing;
 /// `len` says how much of it the last read filled.
@@ -47,19 +46,22 @@ impl Buffer {
         self.fill(path, true, limits::PROC_FILE, false)
     }
 
-    /// Reads the whole of a file held open, from its start: a procfs file read again through
-    /// the same descriptor shows the process as it is now, for one `pread` instead of an open,
-    /// reads and a close (see `ProcfsSource`). A short read that ends a line is taken as the
-    /// whole file: procfs makes the text in one go and hands all of it to a large enough read,
-    /// so the read that would return 0 is skipped.
+    /// Reads the whole of a file held open, from its start (see
+    /// [`read_again_from_start`]), the buffer growing as needed. A file larger than
+    /// [`limits::PROC_FILE`] is an error.
     pub fn read_all_at(&mut self, file: &File) -> io::Result<&[u8]> {
         self.len = 0;
-        self.fill_with(
-            Stop::WholeAfterShortLine,
-            limits::PROC_FILE,
-            false,
-            |buf, at| file.read_at(buf, at as u64),
-        )
+        loop {
+            if let Some(len) = read_again_from_start(file, &mut self.data)? {
+                self.len = len;
+                return Ok(self.bytes());
+            }
+            if self.data.len() >= limits::PROC_FILE {
+                return Err(too_large(limits::PROC_FILE));
+            }
+            let grown = self.data.len() * 2;
+            self.data.resize(grown, 0);
+        }
     }
 
     fn fill(
@@ -72,51 +74,30 @@ impl Buffer {
         self.len = 0;
         // Non-blocking: a FIFO in place of a procfs file reads as empty rather than hanging.
         let mut file = open_nonblocking(path)?;
-        let stop = if first_line_only {
-            Stop::FirstLine
-        } else {
-            Stop::End
-        };
-        self.fill_with(stop, cap, truncate, |buf, _| file.read(buf))
-    }
-
-    /// Appends what `read` (given the spare room and the offset reached) returns until `stop`.
-    fn fill_with(
-        &mut self,
-        stop: Stop,
-        cap: usize,
-        truncate: bool,
-        mut read: impl FnMut(&mut [u8], usize) -> io::Result<usize>,
-    ) -> io::Result<&[u8]> {
         loop {
             if self.len >= cap {
                 if truncate {
                     self.len = cap;
                     break;
                 }
-                return Err(io::Error::new(
-                    io::ErrorKind::FileTooLarge,
-                    format!("larger than {cap} bytes"),
-                ));
+                return Err(too_large(cap));
             }
             if self.len == self.data.len() {
                 let grown = self.data.len() * 2;
                 self.data.resize(grown, 0);
             }
             let spare = self.data.get_mut(self.len..).unwrap_or_default();
-            let room = spare.len();
-            match read(spare, self.len) {
+            match file.read(spare) {
                 Ok(0) => break,
                 Ok(n) => {
                     let start = self.len;
                     self.len += n;
-                    let got = self.data.get(start..self.len).unwrap_or_default();
-                    let done = match stop {
-                        Stop::End => false,
-                        Stop::FirstLine => got.contains(&b'\n'),
-                        Stop::WholeAfterShortLine => n < room && got.last() == Some(&b'\n'),
-                    };
-                    if done {
+                    if first_line_only
+                        && self
+                            .data
+                            .get(start..self.len)
+                            .is_some_and(|b| b.contains(&b'\n'))
+                    {
                         break;
                     }
                 }
@@ -130,12 +111,11 @@ impl Buffer {
     }
 }
 
-/// When [`Buffer`] stops reading before a read returns 0.
-#[derive(Copy, Clone)]
-enum Stop {
-    End,
-    FirstLine,
-    WholeAfterShortLine,
+fn too_large(cap: usize) -> io::Error {
+    io::Error::new(
+        io::ErrorKind::FileTooLarge,
+        format!("larger than {cap} bytes"),
+    )
 }
 
 /// The process went away between listing `/proc` and reading its files.
