@@ -194,14 +194,9 @@ pub(crate) fn load(settings: &EbpfSettings) -> Result<Loaded, Unavailable> {
     for note in &loaded.notes {
         tracing::warn!("{note}");
     }
-    let p = &loaded.probes;
-    for (state, what) in [
-        (&p.hw_counters, "hardware counters unavailable"),
-        (&p.softirq, "softirq counting unavailable"),
-        (&p.page_cache, "page-cache counting unavailable"),
-    ] {
-        if let ProbeState::Unavailable(why) = state {
-            tracing::warn!(%why, "{what}");
+    for probe in OptionalProbe::ALL {
+        if let ProbeState::Unavailable(why) = loaded.probes.state(probe) {
+            tracing::warn!(%why, "{} unavailable", probe.name());
         }
     }
     tracing::info!(probes = %loaded.probes, "eBPF programs attached");

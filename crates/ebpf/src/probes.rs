@@ -61,6 +61,14 @@ impl fmt::Display for Probes {
 }
 
 impl Probes {
+    pub(crate) fn state(&self, probe: OptionalProbe) -> &ProbeState {
+        match probe {
+            OptionalProbe::Softirq => &self.softirq,
+            OptionalProbe::PageCache => &self.page_cache,
+            OptionalProbe::HwCounters => &self.hw_counters,
+        }
+    }
+
     pub(crate) fn state_mut(&mut self, probe: OptionalProbe) -> &mut ProbeState {
         match probe {
             OptionalProbe::Softirq => &mut self.softirq,

@@ -193,11 +193,6 @@ pub(crate) struct Reconciler {
 }
 
 impl Reconciler {
-    /// From the next step on, counters are reported as `measured` says.
-    pub(crate) fn set_measured(&mut self, measured: Measured) {
-        self.measured = measured;
-    }
-
     pub(crate) fn new(measured: Measured) -> Self {
         Reconciler {
             measured,
@@ -213,6 +208,11 @@ impl Reconciler {
             removed: Vec::new(),
             gone: Vec::new(),
         }
+    }
+
+    /// From the next step on, counters are reported as `measured` says.
+    pub(crate) fn set_measured(&mut self, measured: Measured) {
+        self.measured = measured;
     }
 
     /// Exited groups dropped so far because too many were held (snapshots kept failing).

@@ -249,7 +249,7 @@ impl EbpfSource {
     /// Detaches an active optional probe, which then counts nothing more; from the next
     /// snapshot on its counters are reported as unknown. A failure leaves it attached.
     fn detach(&mut self, probe: OptionalProbe) {
-        if !self.probes.state_mut(probe).is_active() {
+        if !self.probes.state(probe).is_active() {
             return;
         }
         match self.ebpf.detach(probe) {
