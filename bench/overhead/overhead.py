@@ -150,8 +150,23 @@ class BpfStats:
                 f.write(self.sysctl_old)
 
 
+# Programs the agent runs itself, inside its own read() of an iterator: their time is in the
+# agent's CPU time already.
+RUN_BY_THE_AGENT = {"kepler_iter"}
+
+
+def prog_name(prog_id):
+    try:
+        out = subprocess.run(["bpftool", "-j", "prog", "show", "id", prog_id],
+                             capture_output=True, text=True, check=True).stdout
+        return json.loads(out).get("name", "")
+    except (OSError, subprocess.CalledProcessError, ValueError):
+        return ""
+
+
 def bpf_programs(pid):
-    """fd numbers of the BPF programs a process holds (its links hold the same programs)."""
+    """fd numbers of the BPF programs a process holds (its links hold the same programs), but
+    those it runs itself."""
     fds = []
     base = f"/proc/{pid}/fdinfo"
     for fd in os.listdir(base):
@@ -161,7 +176,9 @@ def bpf_programs(pid):
         except OSError:
             continue
         if "prog_type:" in text and "link_id:" not in text:
-            fds.append(fd)
+            prog_id = next((l.split()[1] for l in text.splitlines() if l.startswith("prog_id:")), "")
+            if prog_name(prog_id) not in RUN_BY_THE_AGENT:
+                fds.append(fd)
     return fds
 
 

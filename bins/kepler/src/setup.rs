@@ -111,6 +111,12 @@ pub fn ebpf_settings(config: &Config) -> kepler_ebpf::EbpfSettings {
         max_processes: config.ebpf.max_processes,
         // Keeps the kernel BTF parse out of the agent's memory.
         loader: kepler_ebpf::Loader::Child(kepler_ebpf::LoaderCommand::this_executable()),
+        // Refreshed on scrape (interval 0), snapshots are at least `staleness` apart.
+        interval: if config.monitor.interval.0.is_zero() {
+            config.monitor.staleness.0
+        } else {
+            config.monitor.interval.0
+        },
         ..kepler_ebpf::EbpfSettings::default()
     }
 }

@@ -11,6 +11,13 @@
  * Optional programs (softirq, page cache) add event counts to the same entries, and hardware
  * counters are read at each switch when the loader opened them.
  *
+ * Iterator accounting replaces the per-switch accounting when nothing needs it (no hardware
+ * counter, softirq or page-cache count is read): user space runs the task iterator once per
+ * snapshot, which writes into each entry what the scheduler counted for the group's live
+ * threads, and sched_switch only acts on a thread's final switch, adding the thread's final
+ * runtime to its group and handing the group over when it was the last. The cost then follows
+ * the number of threads per snapshot and of exits, not the number of switches.
+ *
  * The record layouts below are mirrored by crates/ebpf/src/abi.rs: change both together.
  */
 #include "kernel_types.h"
@@ -47,7 +54,10 @@ struct task_totals {
 	__u64 instructions;
 	__u64 cache_misses;
 	__u32 flags; /* bit 0: kernel thread; bit 1: exited, left here because `exits` was full */
-	__u32 _pad;
+	__u32 pass; /* iterator accounting: the pass that last wrote cpu_ns and switches */
+	/* Iterator accounting: the final runtime and switches of the group's ended threads. */
+	__u64 dead_ns;
+	__u64 dead_switches;
 };
 
 struct exit_record {
@@ -75,7 +85,11 @@ struct cpu_state {
 	__u64 instructions;
 	__u64 cache_misses;
 	__u32 cur_tgid;
-	__u32 _pad;
+	/*
+	 * Set by user space on every CPU when it turns to iterator accounting: from then on
+	 * sched_switch only acts on a thread's final switch.
+	 */
+	__u32 acct_iter;
 	__u64 cur_start_ns;
 };
 
@@ -238,6 +252,66 @@ static __always_inline struct task_totals *task_entry(struct task_struct *task, 
 	return bpf_map_lookup_elem(&tasks, &tgid);
 }
 
+/*
+ * Iterator accounting: a group that ends with its only thread the task iterator never met (it
+ * lived between two passes, as most short-lived processes do) has no entry; its totals go to
+ * the ring straight from the task, without an entry made only to be deleted. False when the
+ * ring is full: the caller then leaves an entry marked exited, as for any other group.
+ */
+static __always_inline bool exit_unmet(struct task_struct *prev, __u32 tgid, __u64 start)
+{
+	struct exit_record *r = bpf_ringbuf_reserve(&exits, sizeof(*r), 0);
+
+	if (!r)
+		return false;
+	__builtin_memset(&r->totals, 0, sizeof(r->totals));
+	r->tgid = tgid;
+	r->_pad = 0;
+	r->cpu_cgroup_id = cpu_cgroup_id(prev);
+	if (bpf_probe_read_kernel_str(r->comm, sizeof(r->comm), prev->group_leader->comm) < 0)
+		__builtin_memset(r->comm, 0, sizeof(r->comm));
+	r->totals.start_ns = start;
+	r->totals.cgroup_id = bpf_get_current_cgroup_id();
+	r->totals.cpu_ns = prev->se.sum_exec_runtime;
+	r->totals.switches = prev->nvcsw + prev->nivcsw;
+	r->totals.flags = (prev->flags & PF_KTHREAD) ? FLAG_KTHREAD : 0;
+	bpf_ringbuf_submit(r, BPF_RB_NO_WAKEUP);
+	return true;
+}
+
+/*
+ * Iterator accounting, at a thread's final switch: the scheduler has just brought its runtime
+ * up to date, so it is final. The thread counts in its group's ended part from here on (the
+ * task iterator skips ended threads), and the group is handed over when no thread is left;
+ * a thread of it still on its way out adds a piece later, in an entry of its own.
+ */
+static __always_inline int thread_ended(struct task_struct *prev)
+{
+	__u32 tgid = prev->tgid;
+
+	if (tgid == 0)
+		return 0;
+	__u64 start = prev->group_leader->start_boottime;
+
+	if (prev->signal->live.counter == 0 && !bpf_map_lookup_elem(&tasks, &tgid) &&
+	    exit_unmet(prev, tgid, start))
+		return 0;
+	struct task_totals *t = task_entry(prev, tgid, start);
+
+	if (!t)
+		return 0;
+	__sync_fetch_and_add(&t->dead_ns, prev->se.sum_exec_runtime);
+	__sync_fetch_and_add(&t->dead_switches, prev->nvcsw + prev->nivcsw);
+	if (prev->signal->live.counter != 0)
+		return 0;
+	/* What the group's ended threads used: the piece this entry hands over. */
+	t->cpu_ns = t->dead_ns;
+	t->switches = t->dead_switches;
+	t->cgroup_id = bpf_get_current_cgroup_id();
+	move_to_exits(tgid, t, prev);
+	return 0;
+}
+
 SEC("tp_btf/sched_switch")
 int BPF_PROG(kepler_switch, bool preempt, struct task_struct *prev, struct task_struct *next,
 	     unsigned int prev_state)
@@ -247,6 +321,8 @@ int BPF_PROG(kepler_switch, bool preempt, struct task_struct *prev, struct task_
 
 	if (!cs)
 		return 0;
+	if (cs->acct_iter)
+		return prev_state == TASK_DEAD ? thread_ended(prev) : 0;
 	__u64 now = bpf_ktime_get_ns();
 	__u64 last = cs->last_ns;
 	__u64 cycles = 0, instructions = 0, misses = 0;
@@ -363,5 +439,46 @@ SEC("kprobe")
 int kepler_pgcache(void *ctx)
 {
 	count_page_cache_hit();
+	return 0;
+}
+
+/* The context of a task iterator program (uapi: its layout is fixed). */
+struct bpf_iter__task {
+	struct bpf_iter_meta *meta;
+	struct task_struct *task;
+};
+
+/*
+ * One call per thread, then one with no task at the end of the pass. A group's entry is
+ * restarted from its ended threads' part at the first of its threads the pass meets, and each
+ * live thread adds the runtime the scheduler counted for it. A pass is one iterator session
+ * (user space opens one per snapshot), so a pass cut short leaves nothing for the next one to
+ * add to. A thread past exit_notify (a zombie, or being released) is skipped: its final switch
+ * adds it to the ended part, and until then a reading only misses it, never counts it twice.
+ */
+SEC("iter/task")
+int kepler_iter(struct bpf_iter__task *ctx)
+{
+	struct task_struct *task = ctx->task;
+
+	if (!task)
+		return 0;
+	__u32 pass = ctx->meta->session_id;
+	__u32 tgid = task->tgid;
+
+	if (tgid == 0 || task->exit_state != 0)
+		return 0;
+	struct task_totals *t = task_entry(task, tgid, task->group_leader->start_boottime);
+
+	if (!t)
+		return 0;
+	if (t->pass != pass) {
+		t->pass = pass;
+		t->cpu_ns = t->dead_ns;
+		t->switches = t->dead_switches;
+		t->cgroup_id = BPF_CORE_READ(task, cgroups, dfl_cgrp, kn, id);
+	}
+	t->cpu_ns += task->se.sum_exec_runtime;
+	t->switches += task->nvcsw + task->nivcsw;
 	return 0;
 }

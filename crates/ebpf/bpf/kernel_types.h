@@ -20,6 +20,15 @@ typedef struct {
 struct signal_struct {
 	/* Threads of the group that have not yet passed the exit path's decrement. */
 	atomic_t live;
+	/* CPU time and switches of the group's threads already released. */
+	__u64 sum_sched_runtime;
+	unsigned long nvcsw;
+	unsigned long nivcsw;
+} __attribute__((preserve_access_index));
+
+struct sched_entity {
+	/* The scheduler's own count of the task's CPU time, in ns. */
+	__u64 sum_exec_runtime;
 } __attribute__((preserve_access_index));
 
 /* Only the name matters: the loader relocates the value against the running kernel. */
@@ -41,18 +50,29 @@ struct cgroup_subsys_state {
 
 struct css_set {
 	struct cgroup_subsys_state *subsys[16];
+	/* The task's cgroup in the default (v2) hierarchy. */
+	struct cgroup *dfl_cgrp;
 } __attribute__((preserve_access_index));
 
 struct task_struct {
 	unsigned int flags;
+	int exit_state;
 	int pid;
 	int tgid;
+	struct sched_entity se;
+	unsigned long nvcsw;
+	unsigned long nivcsw;
 	/* Start time since boot including suspend: what /proc/<pid>/stat field 22 shows. */
 	__u64 start_boottime;
 	struct task_struct *group_leader;
 	struct signal_struct *signal;
 	struct css_set *cgroups;
 	char comm[16];
+} __attribute__((preserve_access_index));
+
+/* The first argument of every iterator program: which session (one per iterator file). */
+struct bpf_iter_meta {
+	__u64 session_id;
 } __attribute__((preserve_access_index));
 
 #endif

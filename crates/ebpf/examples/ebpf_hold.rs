@@ -1,7 +1,7 @@
 //! Loads the eBPF source and takes a snapshot every second for a while, printing what it costs
 //! (used by bench/ebpf_sched_switch.sh, and handy to try the source by hand).
 //!
-//! Usage: ebpf_hold [SECONDS] [--top N]
+//! Usage: ebpf_hold [SECONDS] [--top N] [--iterator] [--interval SECONDS]
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -37,15 +37,35 @@ fn main() {
             std::process::exit(2);
         }
     };
-    println!("loaded in {:?}: {}", started.elapsed(), source.probes());
+    if args.iter().any(|a| a == "--iterator") {
+        // The per-switch probes would keep sched_switch accounting.
+        source.retain_features(&[]);
+        if let Err(why) = source.use_task_iterator() {
+            eprintln!("no task iterator: {why}");
+            std::process::exit(2);
+        }
+    }
+    let interval = args
+        .iter()
+        .position(|a| a == "--interval")
+        .and_then(|i| args.get(i + 1))
+        .and_then(|s| s.parse().ok())
+        .map_or(Duration::from_secs(1), Duration::from_secs_f64);
+    println!(
+        "loaded in {:?}: {}; accounting {:?}",
+        started.elapsed(),
+        source.probes(),
+        source.accounting()
+    );
     println!("ready");
     let stats = source.stats();
     let mut prev: Option<UsageSnapshot> = None;
     let mut snap_cpu = Duration::ZERO;
     let mut snap_wall = Duration::ZERO;
     let mut count = 0u32;
-    for _ in 0..seconds {
-        std::thread::sleep(Duration::from_secs(1));
+    let rounds = (seconds as f64 / interval.as_secs_f64()).round() as u64;
+    for _ in 0..rounds {
+        std::thread::sleep(interval);
         let (c0, w0) = (cpu_time(), Instant::now());
         let snap = match source.snapshot() {
             Ok(s) => s,

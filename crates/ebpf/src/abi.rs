@@ -23,7 +23,11 @@ pub(crate) struct TaskTotals {
     pub cache_misses: u64,
     /// Bit 0: kernel thread; bit 1: exited, left in the map because the exit ring was full.
     pub flags: u32,
-    pub _pad: u32,
+    /// Iterator accounting: the pass that last wrote `cpu_ns` and `switches`.
+    pub pass: u32,
+    /// Iterator accounting: the final runtime and switches of the group's ended threads.
+    pub dead_ns: u64,
+    pub dead_switches: u64,
 }
 
 // SAFETY: plain integers, `repr(C)`, no padding left implicit.
@@ -97,7 +101,8 @@ pub(crate) struct CpuState {
     pub cache_misses: u64,
     /// Group of the task switched in then (0: idle).
     pub cur_tgid: u32,
-    pub _pad: u32,
+    /// Non-zero once user space turned to iterator accounting.
+    pub acct_iter: u32,
     pub cur_start_ns: u64,
 }
 
@@ -118,6 +123,7 @@ pub(crate) mod names {
     pub const SOFTIRQ_PROG: &str = "kepler_softirq";
     pub const PGCACHE_PROG: &str = "kepler_pgcache";
     pub const PGCACHE_FENTRY_PROG: &str = "kepler_pgcache_fentry";
+    pub const ITER_PROG: &str = "kepler_iter";
     pub const TASKS: &str = "tasks";
     pub const EXITS: &str = "exits";
     pub const KSTATS: &str = "kstats";
@@ -128,8 +134,8 @@ pub(crate) mod names {
     pub const HW_GLOBAL: &str = "hw_counters";
 }
 
-const _: () = assert!(std::mem::size_of::<TaskTotals>() == 96);
-const _: () = assert!(std::mem::size_of::<ExitRecord>() == 128);
+const _: () = assert!(std::mem::size_of::<TaskTotals>() == 112);
+const _: () = assert!(std::mem::size_of::<ExitRecord>() == 144);
 const _: () = assert!(std::mem::size_of::<CpuState>() == 48);
 
 #[cfg(test)]

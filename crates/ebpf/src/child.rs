@@ -29,7 +29,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::fdpass::{self, MAX_FDS};
 use crate::loader::{self, Attached, Loaded};
-use crate::probes::{self, Labels, OptionalProbe, Probes};
+use crate::probes::{self, Labels, OptionalProbe, Part, Probes};
 use crate::EbpfSettings;
 
 /// The hidden first argument that makes the agent's binary a loader child (see
@@ -81,13 +81,14 @@ struct Request {
 enum Reply {
     /// Sent after the descriptors: `maps[i]` is the name of the map at descriptor `i`;
     /// `probe_fds` says which of the others (by position, all past the maps) each optional
-    /// probe attached through, so that the agent can detach it; the rest are kept as they are.
+    /// probe attached through, so that the agent can detach it, and which is the task
+    /// iterator's link; the rest are kept as they are.
     Loaded {
         maps: Vec<String>,
         fds: usize,
         probes: Probes,
         notes: Vec<String>,
-        probe_fds: Vec<(OptionalProbe, Vec<usize>)>,
+        probe_fds: Vec<(Part, Vec<usize>)>,
     },
     Unavailable {
         reason: String,
@@ -172,8 +173,8 @@ pub(crate) fn load(
 fn take_labelled(
     rest: Vec<OwnedFd>,
     first: usize,
-    labels: Vec<(OptionalProbe, Vec<usize>)>,
-) -> Result<(Vec<OwnedFd>, Vec<(OptionalProbe, Vec<OwnedFd>)>), String> {
+    labels: Vec<(Part, Vec<usize>)>,
+) -> Result<(Vec<OwnedFd>, Vec<(Part, Vec<OwnedFd>)>), String> {
     let mut slots: Vec<Option<OwnedFd>> = rest.into_iter().map(Some).collect();
     let mut probes = Vec::with_capacity(labels.len());
     for (probe, positions) in labels {
@@ -392,9 +393,19 @@ fn hand_over(sock: BorrowedFd<'_>, loaded: &Loaded) -> std::io::Result<()> {
         .flatten()
         .map(|(_, fd)| fd.as_raw_fd())
         .collect();
+    let iter_link: Vec<RawFd> = loaded
+        .ebpf
+        .iter_link()
+        .map(|fd| fd.as_raw_fd())
+        .into_iter()
+        .collect();
     let labelled = loaded.probe_fds.iter().map(|(p, fds)| (*p, fds.as_slice()));
     let probe_fds = labelled
-        .chain((!counters.is_empty()).then_some((OptionalProbe::HwCounters, counters.as_slice())))
+        .chain(
+            (!counters.is_empty())
+                .then_some((Part::Probe(OptionalProbe::HwCounters), counters.as_slice())),
+        )
+        .chain((!iter_link.is_empty()).then_some((Part::IterLink, iter_link.as_slice())))
         .map(|(probe, theirs)| {
             let positions = theirs
                 .iter()
@@ -477,11 +488,11 @@ mod tests {
         // Positions 0 and 1 were maps; the rest start at 2.
         let rest = fds(4);
         let all = raw(&rest);
-        let labels = vec![(OptionalProbe::Softirq, vec![3, 5])];
+        let labels = vec![(Part::Probe(OptionalProbe::Softirq), vec![3, 5])];
         let (kept, probes) = take_labelled(rest, 2, labels).unwrap();
         assert_eq!(raw(&kept), vec![all[0], all[2]]);
         assert_eq!(probes.len(), 1);
-        assert_eq!(probes[0].0, OptionalProbe::Softirq);
+        assert_eq!(probes[0].0, Part::Probe(OptionalProbe::Softirq));
         assert_eq!(raw(&probes[0].1), vec![all[1], all[3]]);
     }
 
@@ -492,7 +503,7 @@ mod tests {
             (vec![6], "past the end"),
             (vec![3, 3], "twice"),
         ] {
-            let labels = vec![(OptionalProbe::PageCache, positions)];
+            let labels = vec![(Part::Probe(OptionalProbe::PageCache), positions)];
             assert!(take_labelled(fds(4), 2, labels).is_err(), "{why}");
         }
     }

@@ -10,10 +10,19 @@
 //! Optional probes add page-cache hits, softirq counts and hardware counters; each one that
 //! the kernel refuses is reported in [`Probes`] and the rest carries on.
 //!
+//! Where nothing needs per-switch counts (the optional probes all detached, see
+//! `UsageSource::retain_features`), the source may turn to [`Accounting::Iterator`] before its
+//! first snapshot: a task iterator reads every thread's runtime as the scheduler counts it once
+//! per snapshot, and `sched_switch` only acts on a thread's final switch (exits stay exact).
+//! Its cost follows threads per snapshot instead of switches; the source picks whichever costs
+//! the host less ([`HostLoad`]).
+//!
 //! Process keys use the same start time as `/proc/<pid>/stat` (the group leader's
 //! `start_boottime`, floored to clock ticks), so the same process has the same key in the
-//! procfs and eBPF sources. CPU times count from when the programs were loaded: attribution
-//! only uses differences, and a process older than the agent gets a baseline first reading.
+//! procfs and eBPF sources. With `sched_switch` accounting CPU times count from when the
+//! programs were loaded, with the task iterator from each task's start: attribution only uses
+//! differences, and a process older than the agent's first snapshot gets a baseline first
+//! reading.
 //!
 //! Entry points: [`probe`] (can eBPF be used here, and if not why) and [`EbpfSource::new`].
 //! The model features of two snapshots are computed by `kepler_core::features`.
@@ -22,6 +31,7 @@
 #![warn(clippy::unwrap_used, clippy::expect_used)]
 
 mod abi;
+mod accounting;
 mod caps;
 mod cgroups;
 mod child;
@@ -35,17 +45,21 @@ mod proc;
 mod reconcile;
 mod slim_btf;
 mod source;
+mod task_iter;
+mod unseen;
 
 use std::fmt;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
+use std::time::Duration;
 
 use kepler_core::{NoWorkloads, Unavailable};
 
+pub use accounting::HostLoad;
 pub use child::{run_loader_child, LoaderCommand, LOADER_SUBCOMMAND};
 pub use probes::{ProbeState, Probes};
-pub use source::EbpfSource;
+pub use source::{Accounting, EbpfSource};
 
 /// Tunables of the eBPF source (config section `ebpf`).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -54,8 +68,8 @@ pub struct EbpfSettings {
     /// [`EbpfStats::tasks_full`].
     pub max_processes: u32,
     /// Bytes of the ring buffer holding exited groups between two snapshots (rounded up to a
-    /// power of two; a record takes 136 bytes, 128 of data and the ring's 8-byte header, so
-    /// 256 KiB holds ~1.9k exits). Exits beyond it stay in the process map, marked, until a
+    /// power of two; a record takes 152 bytes, 144 of data and the ring's 8-byte header, so
+    /// 256 KiB holds ~1.7k exits). Exits beyond it stay in the process map, marked, until a
     /// snapshot collects them ([`EbpfStats::exits_deferred`]): nothing is lost, but they cost
     /// map room meanwhile and lose their exit-time details (command name, v1 cpu cgroup). The
     /// ring is mapped into the agent twice (as BPF rings are), so it counts double in its RSS.
@@ -67,6 +81,9 @@ pub struct EbpfSettings {
     pub cgroup2_root: Option<PathBuf>,
     /// Which process loads the programs.
     pub loader: Loader,
+    /// How often snapshots are taken: the task iterator's cost per snapshot is weighed against
+    /// `sched_switch`'s per switch when the source chooses how to account CPU time.
+    pub interval: Duration,
 }
 
 /// Where the programs are loaded. Loading parses the kernel's BTF, the largest allocation the
@@ -90,6 +107,7 @@ impl Default for EbpfSettings {
             hw_counters: true,
             cgroup2_root: None,
             loader: Loader::InProcess,
+            interval: Duration::from_secs(5),
         }
     }
 }

@@ -1,19 +1,21 @@
 //! Loading the object and attaching its programs. `sched_switch` is required; the page-cache,
-//! softirq and hardware-counter probes are optional and each reports why it is off.
+//! softirq and hardware-counter probes are optional and each reports why it is off, and so is
+//! the task iterator of iterator accounting (linked, and idle until the source runs a pass).
 
 use std::collections::HashMap;
 use std::os::fd::{AsFd, OwnedFd, RawFd};
 
 use aya::maps::{Map, MapData, RingBuf};
-use aya::programs::{BtfTracePoint, FEntry, KProbe};
+use aya::programs::{BtfTracePoint, FEntry, Iter, KProbe};
 use aya::{Btf, Ebpf, EbpfLoader, Endianness};
 use kepler_core::Unavailable;
 
 use crate::abi::{names, OBJECT};
 use crate::perf;
 use crate::probes::{attach_labelled, unload};
-use crate::probes::{Labels, OptionalProbe, ProbeState, Probes};
+use crate::probes::{Labels, OptionalProbe, Part, ProbeState, Probes};
 use crate::slim_btf;
+use crate::task_iter;
 use crate::EbpfSettings;
 
 /// Everything that must stay alive while the source runs: dropping `ebpf` detaches the
@@ -30,7 +32,7 @@ pub(crate) struct Loaded {
     /// The descriptors each attached optional probe opened (its program, its link, a kprobe's
     /// perf event), for a loader child to label them when it hands them over; empty unless
     /// asked for (see [`Labels`]).
-    pub probe_fds: Vec<(OptionalProbe, Vec<RawFd>)>,
+    pub probe_fds: Vec<(Part, Vec<RawFd>)>,
 }
 
 /// The object's maps by name, and what keeps its programs attached: the loaded object itself,
@@ -38,6 +40,8 @@ pub(crate) struct Loaded {
 pub(crate) struct Attached {
     maps: HashMap<String, Map>,
     keep: Keep,
+    /// The task iterator's link, when iterator accounting is possible.
+    iter_link: Option<OwnedFd>,
 }
 
 /// Held only to be dropped last, but for the optional probes, which can be detached earlier.
@@ -47,14 +51,15 @@ enum Keep {
     },
     Fds {
         _fds: Vec<OwnedFd>,
-        /// What each optional probe attached through, as the loader child labelled it.
-        probes: Vec<(OptionalProbe, Vec<OwnedFd>)>,
+        /// What each optional probe attached through, and the task iterator's link, as the
+        /// loader child labelled them.
+        probes: Vec<(Part, Vec<OwnedFd>)>,
     },
 }
 
 impl Attached {
     /// Takes every map out of a loaded object, which then only holds the programs.
-    fn from_object(mut ebpf: Ebpf) -> Self {
+    fn from_object(mut ebpf: Ebpf, iter_link: Option<OwnedFd>) -> Self {
         let names: Vec<String> = ebpf.maps().map(|(n, _)| n.to_string()).collect();
         let maps = names
             .into_iter()
@@ -63,20 +68,46 @@ impl Attached {
         Attached {
             maps,
             keep: Keep::Object { ebpf },
+            iter_link,
         }
     }
 
-    /// Maps rebuilt from received descriptors; `probes` holds what each optional probe was
-    /// attached through and `keep` everything else received.
+    /// Maps rebuilt from received descriptors; `probes` holds what each labelled part was
+    /// attached through (the task iterator's link among them) and `keep` everything else
+    /// received.
     pub(crate) fn from_fds(
         maps: HashMap<String, Map>,
         keep: Vec<OwnedFd>,
-        probes: Vec<(OptionalProbe, Vec<OwnedFd>)>,
+        mut probes: Vec<(Part, Vec<OwnedFd>)>,
     ) -> Self {
+        let iter_link = probes
+            .iter()
+            .position(|(p, _)| *p == Part::IterLink)
+            .and_then(|at| probes.swap_remove(at).1.into_iter().next());
         Attached {
             maps,
             keep: Keep::Fds { _fds: keep, probes },
+            iter_link,
         }
+    }
+
+    /// The task iterator's link, if it could be linked.
+    pub(crate) fn iter_link(&self) -> Option<std::os::fd::BorrowedFd<'_>> {
+        self.iter_link.as_ref().map(|fd| fd.as_fd())
+    }
+
+    /// Removes the descriptors labelled `part`; an error if a loader child did not label it.
+    fn drop_labelled(&mut self, part: Part) -> Result<(), String> {
+        if let Keep::Fds { probes, .. } = &mut self.keep {
+            let at = probes
+                .iter()
+                .position(|(p, _)| *p == part)
+                .ok_or("the loader process did not say which descriptors are its")?;
+            // Closing the link (and a kprobe's perf event) detaches; a program goes with its
+            // last descriptor, a counter with its own.
+            drop(probes.swap_remove(at));
+        }
+        Ok(())
     }
 
     /// Detaches an optional probe: its programs stop running on their events at once, or,
@@ -85,15 +116,11 @@ impl Attached {
     /// that the probe may still be counting: a loader child's probe without labels is left
     /// untouched, and a program the kernel would not detach stays.
     pub(crate) fn detach(&mut self, probe: OptionalProbe) -> Result<(), String> {
-        let labelled = match &self.keep {
-            Keep::Fds { probes, .. } => Some(
-                probes
-                    .iter()
-                    .position(|(p, _)| *p == probe)
-                    .ok_or("the loader process did not say which descriptors are its")?,
-            ),
-            Keep::Object { .. } => None,
-        };
+        if let Keep::Fds { probes, .. } = &self.keep {
+            if !probes.iter().any(|(p, _)| *p == Part::Probe(probe)) {
+                return Err("the loader process did not say which descriptors are its".into());
+            }
+        }
         if probe == OptionalProbe::HwCounters {
             // From here the counts cannot be trusted whatever happens, so a slot that cannot
             // be emptied is only logged: its reads go on costing, but count for nothing.
@@ -113,14 +140,7 @@ impl Attached {
                 // Opened in this process: their owner closes them.
                 OptionalProbe::HwCounters => Ok(()),
             },
-            // Closing the link (and a kprobe's perf event) detaches; a program goes with its
-            // last descriptor, a counter with its own.
-            Keep::Fds { probes, .. } => {
-                if let Some(at) = labelled {
-                    drop(probes.swap_remove(at));
-                }
-                Ok(())
-            }
+            Keep::Fds { .. } => self.drop_labelled(Part::Probe(probe)),
         }
     }
 
@@ -258,20 +278,24 @@ fn load_with(
     let mut probe_fds = Vec::new();
     let softirq = if settings.softirq {
         let (state, fds) = attach_labelled(labels, || attach_softirq(&mut ebpf, &btf));
-        probe_fds.push((OptionalProbe::Softirq, fds));
+        probe_fds.push((Part::Probe(OptionalProbe::Softirq), fds));
         state
     } else {
         ProbeState::Disabled
     };
     let page_cache = if settings.page_cache {
         let (state, fds) = attach_labelled(labels, || attach_page_cache(&mut ebpf, &btf));
-        probe_fds.push((OptionalProbe::PageCache, fds));
+        probe_fds.push((Part::Probe(OptionalProbe::PageCache), fds));
         state
     } else {
         ProbeState::Disabled
     };
+    let (task_iterator, iter_link) = match attach_task_iterator(&mut ebpf, &btf) {
+        Ok(link) => (ProbeState::Active(ITER_ACTIVE.into()), Some(link)),
+        Err(why) => (ProbeState::Unavailable(why), None),
+    };
     probe_fds.retain(|(_, fds)| !fds.is_empty());
-    let mut ebpf = Attached::from_object(ebpf);
+    let mut ebpf = Attached::from_object(ebpf, iter_link);
     let exits = exits_ring(&mut ebpf)?;
     Ok(Loaded {
         ebpf,
@@ -280,6 +304,7 @@ fn load_with(
             page_cache,
             softirq,
             hw_counters,
+            task_iterator,
         },
         counters,
         notes,
@@ -307,8 +332,11 @@ pub(crate) const BTF_NAMES: &[&str] = &[
     "cgroup",
     "kernfs_node",
     "cgroup_subsys_id",
+    "sched_entity",
     "btf_trace_sched_switch",
     "btf_trace_softirq_entry",
+    "bpf_iter_task",
+    "bpf_iter_meta",
     PAGE_CACHE_FNS[0],
     PAGE_CACHE_FNS[1],
 ];
@@ -362,6 +390,21 @@ fn attach_switch(ebpf: &mut Ebpf, btf: &Btf) -> Result<(), Unavailable> {
     prog.attach()
         .map_err(|e| unavailable("attaching to sched_switch", &e))?;
     Ok(())
+}
+
+const ITER_ACTIVE: &str = "iter/task";
+
+/// Loads the task iterator and links it (a link costs nothing until a pass is made from it).
+/// Returns the link.
+fn attach_task_iterator(ebpf: &mut Ebpf, btf: &Btf) -> Result<OwnedFd, String> {
+    let prog: &mut Iter = ebpf
+        .program_mut(names::ITER_PROG)
+        .ok_or("object has no task iterator")?
+        .try_into()
+        .map_err(|e| chain(&e))?;
+    prog.load("task", btf).map_err(|e| chain(&e))?;
+    let prog_fd = prog.fd().map_err(|e| chain(&e))?;
+    task_iter::link(prog_fd.as_fd()).map_err(|e| format!("linking iter/task: {e}"))
 }
 
 fn attach_softirq(ebpf: &mut Ebpf, btf: &Btf) -> ProbeState {
@@ -502,7 +545,7 @@ mod tests {
         loader.btf(Some(&btf));
         // The flag reads back as set when it is.
         let object = load_object(&mut loader, &settings, true).unwrap();
-        assert_eq!(hw_flag(&Attached::from_object(object)), Some(1));
+        assert_eq!(hw_flag(&Attached::from_object(object, None)), Some(1));
 
         // Descriptors that are not perf events: the first store fails, with the second CPU's
         // and the other events' counters opened but never stored.
@@ -561,7 +604,7 @@ mod tests {
         let mut attached = Attached::from_fds(
             HashMap::new(),
             vec![dev_null],
-            vec![(OptionalProbe::Softirq, vec![writer])],
+            vec![(Part::Probe(OptionalProbe::Softirq), vec![writer])],
         );
         assert!(attached.detach(OptionalProbe::PageCache).is_err());
         attached.detach(OptionalProbe::Softirq).unwrap();

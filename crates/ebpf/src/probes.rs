@@ -48,14 +48,16 @@ pub struct Probes {
     pub page_cache: ProbeState,
     pub softirq: ProbeState,
     pub hw_counters: ProbeState,
+    /// The task iterator and its exit hook, which iterator accounting runs on.
+    pub task_iterator: ProbeState,
 }
 
 impl fmt::Display for Probes {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
-            "page cache hits {}; softirqs {}; hardware counters {}",
-            self.page_cache, self.softirq, self.hw_counters
+            "page cache hits {}; softirqs {}; hardware counters {}; task iterator {}",
+            self.page_cache, self.softirq, self.hw_counters, self.task_iterator
         )
     }
 }
@@ -120,6 +122,16 @@ impl OptionalProbe {
             OptionalProbe::HwCounters => "hardware counters",
         }
     }
+}
+
+/// What a group of descriptors from a loader child is for, so that the agent can detach it or
+/// use it later; descriptors without a label are kept as they are.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub(crate) enum Part {
+    /// An optional probe's program, link, kprobe event or counters.
+    Probe(OptionalProbe),
+    /// The task iterator's link: each snapshot's pass is created from it.
+    IterLink,
 }
 
 /// Detaches and unloads one program of a loaded object; one never loaded (a probe that did not

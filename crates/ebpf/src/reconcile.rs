@@ -25,7 +25,7 @@ use crate::abi::{ExitRecord, TaskTotals};
 const ENDED_TTL: u32 = 1;
 /// Snapshots a known process may be missing from the map before it is forgotten.
 const KNOWN_TTL: u32 = 3;
-/// Exited groups held while snapshots fail (one drain of a 256 KiB ring is at most ~1.9k):
+/// Exited groups held while snapshots fail (one drain of a 256 KiB ring is at most ~1.7k):
 /// beyond this, new ones are dropped and counted rather than held without bound.
 const MAX_PENDING: usize = 1 << 16;
 
@@ -169,6 +169,13 @@ fn merge_exit(exits: &mut Exits, key: ProcessKey, totals: TaskTotals, info: Exit
 /// The state carried from one snapshot to the next.
 pub(crate) struct Reconciler {
     measured: Measured,
+    /// Whether the task iterator reads the live entries (see [`Reconciler::use_iterator`]).
+    iterator: bool,
+    /// With the task iterator: the uptime of its first snapshot. A process that started before
+    /// then and was not in that snapshot is not reported: what the scheduler counted for it
+    /// runs from its start, and nothing says how much of it came before (it was ending during
+    /// the first pass, or the map was full then).
+    iterator_since: Option<Duration>,
     known: FastMap<ProcessKey, Known>,
     ended: Recent<Ended>,
     /// Exit records drained but not reported yet: they stay here until a snapshot succeeds.
@@ -196,6 +203,8 @@ impl Reconciler {
     pub(crate) fn new(measured: Measured) -> Self {
         Reconciler {
             measured,
+            iterator: false,
+            iterator_since: None,
             known: FastMap::default(),
             ended: Recent::new(ENDED_TTL),
             pending: FastMap::default(),
@@ -213,6 +222,34 @@ impl Reconciler {
     /// From the next step on, counters are reported as `measured` says.
     pub(crate) fn set_measured(&mut self, measured: Measured) {
         self.measured = measured;
+    }
+
+    /// From the next step on, the live entries are the task iterator's: each thread's time as
+    /// the scheduler counted it since the thread's start, and every group's end is handed over
+    /// at the final switch of its last thread. Entries of gone processes are then not looked
+    /// for in /proc: a process is gone from there when it is reaped, which may come before
+    /// its threads' final switches, and an entry taken then would count those threads again
+    /// when their final runtime arrives.
+    pub(crate) fn use_iterator(&mut self) {
+        self.iterator = true;
+    }
+
+    /// Notes the uptime of a snapshot with the task iterator; the first one counts.
+    pub(crate) fn iterator_snapshot(&mut self, uptime: Duration) {
+        if self.iterator && self.iterator_since.is_none() {
+            self.iterator_since = Some(uptime);
+        }
+    }
+
+    /// Whether `key` is met for the first time now, but started before the task iterator's
+    /// first snapshot (see `iterator_since`).
+    fn began_unseen(&self, key: &ProcessKey) -> bool {
+        self.steps > 1
+            && self
+                .iterator_since
+                .is_some_and(|since| key.start_time < since)
+            && !self.known.contains_key(key)
+            && !self.ended.contains_key(key)
     }
 
     /// Exited groups dropped so far because too many were held (snapshots kept failing).
@@ -291,7 +328,7 @@ impl Reconciler {
             }
             // Held for as long as the leftover lasts, however fast snapshots follow each other:
             // reported as live, its own small total would read as time going back.
-            if self.ended.refresh(&key) {
+            if self.ended.refresh(&key) || self.began_unseen(&key) {
                 continue;
             }
             processes.push(self.live_usage(host, key, t, *running_ns));
@@ -301,6 +338,9 @@ impl Reconciler {
         self.tasks = tasks;
         let n_exited = exited.len();
         for (key, (piece, exit)) in exited.drain() {
+            if self.began_unseen(&key) {
+                continue;
+            }
             processes.push(self.exited_usage(host, key, piece, &exit));
         }
         trim_map(&mut exited, n_exited);

@@ -5,7 +5,7 @@
 use std::path::PathBuf;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use aya::maps::{Array, HashMap as BpfHashMap, Map, MapData, PerCpuArray, RingBuf};
 use kepler_core::{
@@ -21,9 +21,12 @@ use crate::map_batch::{BatchError, BatchMap};
 use crate::map_read::{LoadedTasks, TaskReader};
 use crate::probes::{OptionalProbe, ProbeState, Probes};
 use crate::reconcile::{ExitInfo, FastMap, Host, Keys, Measured, Observed, Reconciler};
-use crate::{proc, EbpfSettings, EbpfStats};
+use crate::{proc, unseen, EbpfSettings, EbpfStats};
 
-/// Usage from the BPF programs: every thread group's CPU time since load, exited ones once.
+mod iterator;
+
+/// Usage from the BPF programs: every thread group's CPU time (since load with `sched_switch`
+/// accounting, since its start with the task iterator), exited ones once.
 pub struct EbpfSource {
     ebpf: loader::Attached,
     exits: RingBuf<MapData>,
@@ -44,6 +47,27 @@ pub struct EbpfSource {
     gone_descriptions: FastMap<Gone, Arc<ProcessInfo>>,
     reader: TaskReader,
     stats: Arc<EbpfStats>,
+    accounting: Accounting,
+    /// Whether a snapshot was taken: the accounting can change only before the first.
+    snapshot_taken: bool,
+    /// Processes the task iterator does not visit (see [`crate::unseen`]).
+    unseen: Vec<unseen::Unseen>,
+    /// Snapshot interval, context switches and when they were read, at load: what the choice
+    /// of accounting weighs.
+    interval: Duration,
+    loaded_switches: Option<(u64, Instant)>,
+}
+
+/// How CPU time gets into the process map.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Accounting {
+    /// `sched_switch` charges each stretch on a CPU to the task leaving it: the cost follows
+    /// the switch rate. Needed while hardware counters, softirqs or page-cache hits are
+    /// counted per task.
+    Switch,
+    /// The task iterator reads the scheduler's own runtime of every thread once per snapshot:
+    /// the cost follows the number of threads, and a switch costs nothing.
+    Iterator,
 }
 
 /// Which counters the attached probes keep current.
@@ -213,6 +237,7 @@ impl EbpfSource {
     ) -> Result<Self, Unavailable> {
         let procfs = ProcfsReader::new(procfs)?;
         let loaded = loader::load(&settings)?;
+        let loaded_switches = proc::context_switches(&procfs).map(|n| (n, Instant::now()));
         let mountinfo =
             std::fs::read_to_string(procfs.root().join("self/mountinfo")).unwrap_or_default();
         let cgroup_root = settings
@@ -238,7 +263,17 @@ impl EbpfSource {
             gone_descriptions: FastMap::default(),
             reader: TaskReader::default(),
             stats: Arc::new(EbpfStats::default()),
+            accounting: Accounting::Switch,
+            snapshot_taken: false,
+            unseen: Vec::new(),
+            interval: settings.interval,
+            loaded_switches,
         })
+    }
+
+    /// How CPU time is accounted now.
+    pub fn accounting(&self) -> Accounting {
+        self.accounting
     }
 
     /// Which optional probes are on, and why the others are not.
@@ -373,7 +408,11 @@ impl UsageSource for EbpfSource {
         "ebpf"
     }
 
-    /// The programs count from when they were loaded, not from each task's start.
+    /// `sched_switch` counts from when it was loaded. The task iterator reads the scheduler's
+    /// count, which runs from each task's start, but every task alive at a snapshot is in it:
+    /// a process first reported after the first snapshot lived only since the one before (or
+    /// ended unseen just before it, and is reported when its exit comes), except one that
+    /// started before the first snapshot without being in it, which is left out.
     fn counts_from_start(&self) -> bool {
         true
     }
@@ -406,6 +445,7 @@ impl UsageSource for EbpfSource {
                 self.detach(probe);
             }
         }
+        self.choose_accounting();
         self.features()
     }
 
@@ -414,12 +454,25 @@ impl UsageSource for EbpfSource {
         self.cpu_cgroups.begin_snapshot();
         let uptime = proc::uptime(&self.procfs)?;
         let node = self.procfs.read_node_cpu_times()?;
+        self.snapshot_taken = true;
         // Exits first: a group that ends between the two reads is then missed by both this
         // time and reported next time, rather than reported twice. Drained records wait in
         // the reconciler, so that a failed map read does not lose them.
         self.drain_exits();
-        self.read_live()?;
-        self.read_running();
+        match self.accounting {
+            Accounting::Switch => {
+                self.read_live()?;
+                self.read_running();
+            }
+            // Its readings include the stretch a task is running now, as of its last tick.
+            Accounting::Iterator => {
+                self.reconciler.iterator_snapshot(uptime);
+                self.run_pass();
+                self.read_live()?;
+                self.read_unseen();
+                self.observed.running.clear();
+            }
+        }
         self.read_kstats();
         self.stats
             .tracked_processes

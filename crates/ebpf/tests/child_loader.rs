@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use common::*;
 use kepler_core::{Feature, NoWorkloads, Unavailable, UsageSource};
-use kepler_ebpf::{EbpfSettings, EbpfSource, Loader, LoaderCommand, ProbeState};
+use kepler_ebpf::{Accounting, EbpfSettings, EbpfSource, Loader, LoaderCommand, ProbeState};
 
 /// One test at a time: each checks that it left no child behind, and the CPU-time check
 /// wants the machine to itself.
@@ -124,9 +124,22 @@ fn maps_from_a_loader_child_count_a_busy_process() {
         return;
     }
     let _serial = SERIAL.lock().unwrap_or_else(PoisonError::into_inner);
+    for accounting in [Accounting::Switch, Accounting::Iterator] {
+        busy_process_with(accounting);
+    }
+}
+
+fn busy_process_with(accounting: Accounting) {
     let mut src = start_as_root();
     assert!(children().is_empty(), "loader left {:?}", children());
     println!("probes: {}", src.probes());
+    if accounting == Accounting::Iterator {
+        // Through the task iterator's link, received labelled among the descriptors.
+        src.retain_features(&[]);
+        src.use_task_iterator().unwrap();
+    }
+    assert_eq!(src.accounting(), accounting);
+    let stats = src.stats();
     src.snapshot().unwrap();
     // Reaped with wait4 below (for its rusage), not through `Child`.
     #[allow(clippy::zombie_processes)]
@@ -134,6 +147,13 @@ fn maps_from_a_loader_child_count_a_busy_process() {
         .spawn()
         .unwrap();
     let pid = burner.id();
+    std::thread::sleep(Duration::from_millis(300));
+    let live = src.snapshot().unwrap();
+    let running = live.processes.iter().find(|p| p.key.pid == pid);
+    assert!(
+        running.is_some_and(|p| p.cpu_time >= Duration::from_millis(100)),
+        "{accounting:?}: the burner read while it runs: {running:?}"
+    );
     let (status, truth) = wait_cpu(pid);
     assert_eq!(status, 0, "burner failed");
     // The exit record is written at the child's last switch, which can follow the wake-up.
@@ -148,8 +168,9 @@ fn maps_from_a_loader_child_count_a_busy_process() {
             }
         }
     }
-    println!("burner: eBPF {credited:?}, rusage {truth:?}");
+    println!("{accounting:?}: burner: eBPF {credited:?}, rusage {truth:?}; {stats}");
     assert!(exited, "the burner's exit came through the received ring");
+    assert_eq!(stats.dropped(), 0, "{stats}");
     // Read through the received task map and exit ring: the eBPF figure follows the kernel's
     // own accounting (it also counts IRQ time, hence the margin above).
     assert!(

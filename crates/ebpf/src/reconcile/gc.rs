@@ -28,8 +28,9 @@ pub(super) fn round_robin(ids: &mut [u32], cursor: &mut u32, n: usize) -> Vec<u3
 
 impl Reconciler {
     /// Removes live entries whose process is gone and returns them, to be reported as exited:
-    /// every entry the kernel marked exited (its exit ring was full), and, of the entries that
-    /// did not move since the previous snapshot, a bounded batch found gone in /proc.
+    /// every entry the kernel marked exited (its exit ring was full), and, unless the task
+    /// iterator reads the entries, of those that did not move since the previous snapshot, a
+    /// bounded batch found gone in /proc.
     pub(super) fn collect_gone(
         &mut self,
         host: &mut impl Host,
@@ -73,6 +74,9 @@ impl Reconciler {
         super::trim_vec(&mut removed, used);
         self.marked = marked;
         self.removed = removed;
+        if self.iterator {
+            idle.clear();
+        }
         let budget = idle.len().div_ceil(GC_EVERY).min(GC_BATCH);
         let picked = round_robin(&mut idle, &mut self.gc_cursor, budget);
         let used = idle.len();

@@ -21,7 +21,6 @@ impl<V> Recent<V> {
         Recent { tables, current: 0 }
     }
 
-    #[cfg(test)]
     pub(super) fn contains_key(&self, key: &ProcessKey) -> bool {
         self.tables.iter().any(|t| t.contains_key(key))
     }

@@ -692,3 +692,59 @@ fn a_burst_of_exits_leaves_no_large_tables_behind() {
     );
     assert!(rec.ended.capacity() < 20_000, "{}", rec.ended.capacity());
 }
+
+#[test]
+fn with_the_task_iterator_a_gone_entry_waits_for_its_final_switch() {
+    let (mut rec, mut host, t) = idle_and_gone();
+    rec.use_iterator();
+    // Gone from /proc (reaped) but not through its final switches: not collected.
+    let step = rec.step(&mut host, &mut live(&[(7, t)]));
+    assert!(host.checked.is_empty(), "checked {:?}", host.checked);
+    assert!(host.deletes.is_empty());
+    assert_eq!(step.gc_removed, 0);
+    assert_eq!(reports(&step, key(7, SEC)), [(100, false, "p7".into())]);
+    // Its last thread's final switch hands the group over, with all of its time.
+    rec.queue_exits(&host, [record(7, SEC, 180, "seven")]);
+    let step = rec.step(&mut host, &mut Observed::default());
+    assert_eq!(reports(&step, key(7, SEC)), [(180, true, "p7".into())]);
+}
+
+#[test]
+fn with_the_task_iterator_a_process_older_than_its_first_snapshot_is_not_met_late() {
+    let mut rec = reconciler();
+    let mut host = Fake::default();
+    rec.use_iterator();
+    rec.iterator_snapshot(Duration::from_secs(10));
+    // The first snapshot reports what it read: every process's baseline.
+    let step = rec.step(&mut host, &mut live(&[(7, totals(SEC, 100))]));
+    assert_eq!(reports(&step, key(7, SEC)).len(), 1);
+    rec.iterator_snapshot(Duration::from_secs(15));
+    rec.queue_exits(
+        &host,
+        [
+            // Started before the first snapshot and not in it: its time since its start
+            // says nothing about the time since that snapshot.
+            record(8, 2 * SEC, 5 * SEC, "old"),
+            // Started after it: all of its time is new.
+            record(9, 12 * SEC, 300, "young"),
+            // Known since the first snapshot.
+            record(7, SEC, 150, "seven"),
+        ],
+    );
+    let step = rec.step(&mut host, &mut Observed::default());
+    assert!(reports(&step, key(8, 2 * SEC)).is_empty());
+    assert_eq!(
+        reports(&step, key(9, 12 * SEC)),
+        [(300, true, "young".into())]
+    );
+    assert_eq!(reports(&step, key(7, SEC)).len(), 1);
+    // Nor a live one met only now (the map was full at the first snapshot).
+    let step = rec.step(&mut host, &mut live(&[(10, totals(3 * SEC, 400))]));
+    assert!(reports(&step, key(10, 3 * SEC)).is_empty());
+    // With sched_switch accounting both are reported: its counts start at load.
+    let mut rec = reconciler();
+    rec.step(&mut host, &mut live(&[(7, totals(SEC, 100))]));
+    rec.queue_exits(&host, [record(8, 2 * SEC, 5 * SEC, "old")]);
+    let step = rec.step(&mut host, &mut Observed::default());
+    assert_eq!(reports(&step, key(8, 2 * SEC)).len(), 1);
+}

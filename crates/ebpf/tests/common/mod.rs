@@ -92,6 +92,17 @@ pub fn pulse(threads: u32, d: Duration) {
     }
 }
 
+/// Starts `threads` threads, thread `i` burning `(i + 1) × each` and ending, and ends the
+/// process while the last still burns: threads end early, late, and with the group.
+pub fn staggered(threads: u32, each: Duration) {
+    for i in 0..threads {
+        std::thread::spawn(move || burn_cpu(each * (i + 1)));
+    }
+    burn_cpu(each * threads.saturating_sub(1));
+    // SAFETY: ends the process (every thread, the one still burning among them) at once.
+    unsafe { libc::_exit(0) };
+}
+
 /// Forks `n` children one after the other, each burning `each` and exiting.
 pub fn fork_burst(n: u32, each: Duration) {
     for _ in 0..n {
@@ -283,8 +294,13 @@ impl Drop for TestCgroup {
 }
 
 /// CPU time each process used between two snapshots, by attribution's rule: a process first
-/// seen in `cur` counts from zero only if it started after `prev` was taken.
-pub fn cpu_deltas(prev: &UsageSnapshot, cur: &UsageSnapshot) -> Vec<(ProcessKey, Duration)> {
+/// seen in `cur` counts from zero if it started after `prev` was taken, or always when the
+/// source counts from its own start (`UsageSource::counts_from_start`).
+pub fn cpu_deltas(
+    prev: &UsageSnapshot,
+    cur: &UsageSnapshot,
+    counts_from_start: bool,
+) -> Vec<(ProcessKey, Duration)> {
     let before: HashMap<ProcessKey, Duration> =
         prev.processes.iter().map(|p| (p.key, p.cpu_time)).collect();
     cur.processes
@@ -292,7 +308,7 @@ pub fn cpu_deltas(prev: &UsageSnapshot, cur: &UsageSnapshot) -> Vec<(ProcessKey,
         .filter_map(|p| {
             let base = match before.get(&p.key) {
                 Some(b) => *b,
-                None if p.key.start_time >= prev.uptime => Duration::ZERO,
+                None if p.key.start_time >= prev.uptime || counts_from_start => Duration::ZERO,
                 None => return None,
             };
             Some((p.key, p.cpu_time.saturating_sub(base)))
@@ -301,7 +317,12 @@ pub fn cpu_deltas(prev: &UsageSnapshot, cur: &UsageSnapshot) -> Vec<(ProcessKey,
 }
 
 /// CPU time attributed to container `id` between two snapshots.
-pub fn container_cpu(prev: &UsageSnapshot, cur: &UsageSnapshot, id: &str) -> Duration {
+pub fn container_cpu(
+    prev: &UsageSnapshot,
+    cur: &UsageSnapshot,
+    id: &str,
+    counts_from_start: bool,
+) -> Duration {
     let in_container: HashMap<ProcessKey, bool> = cur
         .processes
         .iter()
@@ -310,7 +331,7 @@ pub fn container_cpu(prev: &UsageSnapshot, cur: &UsageSnapshot, id: &str) -> Dur
             (p.key, c.is_some_and(|c| c.id == id))
         })
         .collect();
-    cpu_deltas(prev, cur)
+    cpu_deltas(prev, cur, counts_from_start)
         .into_iter()
         .filter(|(k, _)| in_container.get(k).copied().unwrap_or(false))
         .map(|(_, d)| d)

@@ -1,0 +1,90 @@
+//! Which accounting costs less on this host: `sched_switch` charging every switch, or the
+//! task iterator reading every thread once per snapshot (and `sched_switch` acting on final
+//! switches only). The figures are this project's measurements on its development VM
+//! (docs/benchmarks.md, "Task iterator accounting"); what they weigh is read from the host when
+//! the choice is made, once, before the first snapshot.
+
+use std::time::Duration;
+
+/// What per-switch charging costs beyond the iterator mode's exit-only check, per switch, at
+/// ordinary switch rates with cold caches: ~0.8 µs against ~0.2 µs.
+const SWITCH_SAVED_NS: f64 = 600.0;
+/// What one pass costs per thread: the iterator's walk and the program.
+const PASS_NS_PER_THREAD: f64 = 1_000.0;
+/// What reading one thread of a process the iterator does not visit costs (a `pread` of its
+/// `schedstat`).
+const UNSEEN_NS_PER_THREAD: f64 = 8_000.0;
+/// What reporting one process costs per snapshot (reconciling, attributing, its series): paid
+/// with the iterator for every process, with `sched_switch` only for those that ran since load.
+const REPORT_NS_PER_PROCESS: f64 = 2_500.0;
+
+/// The load the choice weighs.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct HostLoad {
+    /// Threads on the host.
+    pub threads: u64,
+    /// Threads of the processes the iterator does not visit, read from /proc instead.
+    pub unseen_threads: u64,
+    /// Processes that did not run since load: `sched_switch` has no entry for them, the
+    /// iterator reports them at every snapshot.
+    pub quiet_processes: u64,
+    /// Context switches per second, all CPUs.
+    pub switches_per_s: f64,
+}
+
+impl HostLoad {
+    /// Whether a pass per `interval` costs less than per-switch charging.
+    pub fn prefers_iterator(&self, interval: Duration) -> bool {
+        let interval_s = interval.as_secs_f64();
+        if interval_s <= 0.0 {
+            return false;
+        }
+        let pass_ns = self.threads as f64 * PASS_NS_PER_THREAD
+            + self.unseen_threads as f64 * UNSEEN_NS_PER_THREAD
+            + self.quiet_processes as f64 * REPORT_NS_PER_PROCESS;
+        pass_ns / interval_s < self.switches_per_s * SWITCH_SAVED_NS
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn load(threads: u64, switches_per_s: f64) -> HostLoad {
+        HostLoad {
+            threads,
+            unseen_threads: 0,
+            quiet_processes: 0,
+            switches_per_s,
+        }
+    }
+
+    #[test]
+    fn busy_hosts_use_the_iterator_and_idle_crowded_ones_do_not() {
+        let five = Duration::from_secs(5);
+        // 1,000 processes waking every second: ~2k switches/s, ~1.1k threads.
+        assert!(load(1_100, 2_000.0).prefers_iterator(five));
+        // 10,000 sleeping threads and few switches: a pass costs more than switches do.
+        assert!(!load(10_000, 300.0).prefers_iterator(five));
+        // The interval weighs in: the same host read every second passes five times as often.
+        let middle = load(1_000, 500.0);
+        assert!(middle.prefers_iterator(five));
+        assert!(!middle.prefers_iterator(Duration::from_secs(1)));
+        assert!(!middle.prefers_iterator(Duration::ZERO));
+        // So do threads read from /proc.
+        let idle = load(150, 300.0);
+        assert!(idle.prefers_iterator(five));
+        let unseen = HostLoad {
+            unseen_threads: 150,
+            ..idle
+        };
+        assert!(!unseen.prefers_iterator(five));
+        // And processes it would report that sched_switch would not (1,000 asleep).
+        let asleep = HostLoad {
+            quiet_processes: 1_000,
+            ..load(1_100, 500.0)
+        };
+        assert!(load(1_100, 500.0).prefers_iterator(five));
+        assert!(!asleep.prefers_iterator(five));
+    }
+}

@@ -1,0 +1,239 @@
+//! Iterator accounting on the source's side: choosing it, turning to it, and each snapshot's
+//! pass (see `bpf/kepler.bpf.c` and [`crate::accounting`]).
+
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use aya::maps::{HashMap as BpfHashMap, MapData, PerCpuArray};
+
+use super::{Accounting, EbpfSource};
+use crate::abi::{names, CpuState, TaskTotals};
+use crate::probes::OptionalProbe;
+use crate::reconcile::Keys;
+use crate::{proc, unseen, HostLoad};
+
+impl EbpfSource {
+    /// Turns to iterator accounting, before the first snapshot: every CPU's flag makes
+    /// `sched_switch` act only on a thread's final switch, and each snapshot runs the task
+    /// iterator. Returns why not when it stays with `sched_switch` accounting (see
+    /// [`Self::iterator_blocked`]).
+    pub fn use_task_iterator(&mut self) -> Result<(), String> {
+        if self.accounting == Accounting::Iterator {
+            return Ok(());
+        }
+        self.iterator_blocked()?;
+        let unseen = self.find_unseen();
+        self.turn_to_iterator(unseen)
+    }
+
+    /// Chooses the accounting that costs this host less (see [`HostLoad`]), where the task
+    /// iterator can be used at all; logs which and why.
+    pub(super) fn choose_accounting(&mut self) {
+        if let Err(why) = self.iterator_blocked() {
+            tracing::info!(%why, "eBPF accounting: sched_switch");
+            return;
+        }
+        let Some(load) = self.host_load() else {
+            tracing::info!("eBPF accounting: sched_switch (/proc says nothing of the load)");
+            return;
+        };
+        if !load.prefers_iterator(self.interval) {
+            Self::log_switch_cheaper(&load, self.interval);
+            return;
+        }
+        // Which processes a pass misses (read from /proc instead, at a price) is known only
+        // after one.
+        let unseen = self.find_unseen();
+        let root = self.procfs.root().to_path_buf();
+        let load = HostLoad {
+            unseen_threads: unseen.iter().map(|&pid| unseen::threads(&root, pid)).sum(),
+            ..load
+        };
+        if !load.prefers_iterator(self.interval) {
+            self.clear_entries();
+            Self::log_switch_cheaper(&load, self.interval);
+            return;
+        }
+        if let Err(why) = self.turn_to_iterator(unseen) {
+            self.clear_entries();
+            tracing::info!(%why, "eBPF accounting: sched_switch");
+        }
+    }
+
+    fn log_switch_cheaper(load: &HostLoad, interval: Duration) {
+        tracing::info!(
+            threads = load.threads,
+            quiet_processes = load.quiet_processes,
+            unseen_threads = load.unseen_threads,
+            switches_per_s = load.switches_per_s.round(),
+            ?interval,
+            "eBPF accounting: sched_switch (a task iterator pass per snapshot would cost more)"
+        );
+    }
+
+    /// Deletes every entry of the process map, after a pass when the source stays with
+    /// `sched_switch`: the pass made one for every process, which `sched_switch` only makes
+    /// for those that run. Gone before the first snapshot, they cost nothing and lose nothing
+    /// (a process that runs again gets its entry back, counting from then).
+    fn clear_entries(&mut self) {
+        let Some(map) = self.ebpf.map_mut(names::TASKS) else {
+            return;
+        };
+        let Ok(mut tasks) = BpfHashMap::<_, u32, TaskTotals>::try_from(map) else {
+            return;
+        };
+        let tgids: Vec<u32> = tasks.keys().flatten().collect();
+        for tgid in tgids {
+            // One gone meanwhile (its group ended) needs no delete.
+            let _ = tasks.remove(&tgid);
+        }
+    }
+
+    /// Why the task iterator cannot be used: none on this kernel, an optional probe still
+    /// counting per switch, or a snapshot taken already (the attribution must know from its
+    /// first snapshot on that the readings run from each task's start).
+    fn iterator_blocked(&self) -> Result<(), String> {
+        if self.snapshot_taken {
+            return Err("snapshots were taken with sched_switch accounting already".into());
+        }
+        if self.ebpf.iter_link().is_none() {
+            return Err(format!("task iterator {}", self.probes.task_iterator));
+        }
+        match OptionalProbe::ALL
+            .into_iter()
+            .find(|p| self.probes.state(*p).is_active())
+        {
+            Some(probe) => Err(format!("{} counts per switch", probe.name())),
+            None => Ok(()),
+        }
+    }
+
+    fn turn_to_iterator(&mut self, unseen: Vec<u32>) -> Result<(), String> {
+        self.set_iterator_flag()?;
+        self.accounting = Accounting::Iterator;
+        self.reconciler.use_iterator();
+        if !unseen.is_empty() {
+            tracing::info!(
+                pids = ?unseen,
+                "the task iterator does not visit these processes: read from /proc instead"
+            );
+        }
+        let root = self.procfs.root().to_path_buf();
+        self.unseen = unseen
+            .into_iter()
+            .map(|pid| unseen::Unseen::new(&root, pid))
+            .collect();
+        tracing::info!(
+            "eBPF accounting: task iterator once per snapshot, sched_switch for exits only"
+        );
+        Ok(())
+    }
+
+    /// The host's threads, switch rate (measured since load, over at least a quarter of a
+    /// second: a shorter window is waited out) and processes that did not run since load (no
+    /// entry in the map). `None` when /proc or the map does not say. No unseen threads yet.
+    fn host_load(&mut self) -> Option<HostLoad> {
+        const WINDOW: Duration = Duration::from_millis(250);
+        let (at_load, since) = self.loaded_switches?;
+        if let Some(rest) = WINDOW.checked_sub(since.elapsed()) {
+            std::thread::sleep(rest);
+        }
+        let now = proc::context_switches(&self.procfs)?;
+        let elapsed = since.elapsed().as_secs_f64();
+        self.read_live().ok()?;
+        let ran = self.observed.live.len() as u64;
+        let processes = unseen::pids(self.procfs.root()).len() as u64;
+        Some(HostLoad {
+            threads: proc::threads(&self.procfs)?,
+            unseen_threads: 0,
+            quiet_processes: processes.saturating_sub(ran),
+            switches_per_s: now.saturating_sub(at_load) as f64 / elapsed,
+        })
+    }
+
+    /// Sets `acct_iter` in every CPU's switch state. The other fields are written back as read,
+    /// possibly stale by the switches in between: nothing reads them once the flag is set.
+    fn set_iterator_flag(&mut self) -> Result<(), String> {
+        let map = self
+            .ebpf
+            .map_mut(names::CPU_STATE)
+            .ok_or("no cpu_state map")?;
+        let mut arr = PerCpuArray::<&mut MapData, CpuState>::try_from(map)
+            .map_err(|e| crate::loader::chain(&e))?;
+        let values = arr.get(&0, 0).map_err(|e| crate::loader::chain(&e))?;
+        let flagged: Vec<CpuState> = values
+            .iter()
+            .map(|cs| CpuState {
+                acct_iter: 1,
+                ..*cs
+            })
+            .collect();
+        let flagged = aya::maps::PerCpuValues::try_from(flagged)
+            .map_err(|e| format!("cpu_state values: {e}"))?;
+        arr.set(0, flagged, 0).map_err(|e| crate::loader::chain(&e))
+    }
+
+    /// One pass of the task iterator, which rewrites every live group's entry.
+    pub(super) fn run_pass(&mut self) {
+        let Some(link) = self.ebpf.iter_link() else {
+            return;
+        };
+        if let Err(error) = crate::task_iter::run_pass(link) {
+            tracing::warn!(%error, "eBPF task iterator pass failed: readings stay as they were");
+            self.stats.map_read_errors.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// The processes /proc lists before and after a pass that the pass did not read (see
+    /// [`crate::unseen`]).
+    fn find_unseen(&mut self) -> Vec<u32> {
+        let root = self.procfs.root().to_path_buf();
+        let before = unseen::pids(&root);
+        self.run_pass();
+        if self.read_live().is_err() {
+            return Vec::new();
+        }
+        let after = unseen::pids(&root);
+        before
+            .intersection(&after)
+            .filter(|pid| !self.observed.live.contains_key(pid))
+            .filter(|&&pid| unseen::has_ended(&root, pid) == Some(false))
+            .copied()
+            .collect()
+    }
+
+    /// Puts the processes the iterator does not visit into `observed.live`, from /proc: their
+    /// live threads' runtime, plus their ended threads' part that `sched_switch` keeps in their
+    /// entry (if one of them ended already).
+    pub(super) fn read_unseen(&mut self) {
+        let root = self.procfs.root().to_path_buf();
+        for process in &mut self.unseen {
+            let pid = process.pid;
+            let Some(key) = self.procfs.process_key(pid) else {
+                continue;
+            };
+            let Some(leader_ended) = unseen::has_ended(&root, pid) else {
+                continue;
+            };
+            let Some((runtime, slices)) = process.live_threads(leader_ended) else {
+                continue;
+            };
+            let start_ns = u64::try_from(key.start_time.as_nanos()).unwrap_or(u64::MAX);
+            let ended = self
+                .observed
+                .live
+                .get(&pid)
+                .filter(|t| self.procfs.key(pid, t.start_ns) == key)
+                .copied()
+                .unwrap_or_default();
+            let totals = TaskTotals {
+                start_ns,
+                cgroup_id: ended.cgroup_id,
+                cpu_ns: ended.dead_ns.saturating_add(runtime),
+                switches: ended.dead_switches.saturating_add(slices),
+                ..ended
+            };
+            self.observed.live.insert(pid, totals);
+        }
+    }
+}
