@@ -48,7 +48,7 @@ pub struct Probes {
     pub page_cache: ProbeState,
     pub softirq: ProbeState,
     pub hw_counters: ProbeState,
-    /// The task iterator and its exit hook, which iterator accounting runs on.
+    /// The task iterator, which iterator accounting runs on.
     pub task_iterator: ProbeState,
 }
 

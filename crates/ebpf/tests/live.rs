@@ -123,8 +123,8 @@ fn burning_child_with(accounting: Accounting) {
         .sum();
     let (status, rusage_cpu) = wait_cpu(pid);
     assert_eq!(status, 0, "child failed");
-    // With the task iterator an exit is reported once the reaped task is freed, an RCU grace
-    // period later; until then the process reads as it was.
+    // The exit comes at the child's final switch, which can follow the wake-up of its parent;
+    // until then the process reads as it was.
     let deadline = Instant::now() + Duration::from_secs(3);
     let s1 = loop {
         let s = src.snapshot().unwrap();
@@ -192,7 +192,7 @@ fn proc_pids() -> std::collections::BTreeSet<u32> {
 }
 
 /// With the task iterator every process is read at every snapshot, pid 1 included (which this
-/// VM's kernel leaves out of an iterator over every task: it has a pass of its own).
+/// VM's kernel leaves out of every iterator pass: the source reads it from /proc instead).
 #[test]
 fn the_task_iterator_reads_every_process() {
     let test = "the_task_iterator_reads_every_process";
@@ -371,8 +371,8 @@ fn burst_scenario(
     }
     let used = cgroup.usage().saturating_sub(u0);
     let id = &cgroup.container_id;
-    // With the task iterator, exits are reported an RCU grace period after their reaping:
-    // a few more snapshots collect the last of them.
+    // An exit comes at its last thread's final switch, which can follow the wake-up of its
+    // parent: a few more snapshots collect the last of them.
     let exited_in = |snaps: &[UsageSnapshot]| {
         snaps
             .iter()
