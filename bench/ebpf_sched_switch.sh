@@ -7,6 +7,8 @@
 # and stress-ng.
 #   bench/ebpf_sched_switch.sh [SECONDS PER SCENARIO] (default 10)
 # HOLD=path runs an already built ebpf_hold instead of building the release one.
+# HOLD_ARGS=--iterator measures task iterator accounting: sched_switch then acts on final
+# switches only, and kepler_iter's calls are one per thread per snapshot (one a second).
 set -euo pipefail
 secs=${1:-10}
 cd "$(dirname "$0")/.."
@@ -35,7 +37,8 @@ sysctl -q kernel.bpf_stats_enabled=1
 
 # Holds the programs (and snapshots once a second) for the whole run, then reports its own
 # CPU per snapshot.
-"$HOLD" $((4 * secs + 4)) >"$log" 2>&1 &
+# shellcheck disable=SC2086 # HOLD_ARGS is a list of words.
+"$HOLD" $((4 * secs + 4)) ${HOLD_ARGS:-} >"$log" 2>&1 &
 hold_pid=$!
 for _ in $(seq 100); do grep -q '^ready' "$log" && break; sleep 0.1; done
 grep -q '^ready' "$log" || { cat "$log" >&2; exit 1; }
