@@ -336,6 +336,7 @@ impl Ticker {
                             dropped: s.dropped(),
                             tracked: s.tracked_processes.load(Ordering::Relaxed),
                             exits_deferred: s.exits_deferred.load(Ordering::Relaxed),
+                            task_iterator: s.task_iterator.load(Ordering::Relaxed),
                         }),
                         process: self.own_process.as_ref().and_then(own_process),
                     },

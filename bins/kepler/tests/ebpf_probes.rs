@@ -2,7 +2,8 @@
 //! ran 220,000–290,000 times a second under loopback TCP traffic here, 4 % of a core). The
 //! agent keeps one attached only when something reads its counts: an estimating model that
 //! needs them, or `ebpf.exportFeatures`. Checked on the running agent's own descriptors: a
-//! held BPF link names its tracepoint in `/proc/<pid>/fdinfo`.
+//! held BPF link names its tracepoint in `/proc/<pid>/fdinfo`. How it then accounts CPU time
+//! (at every switch, or with a task iterator where no probe needs switches) is in its metrics.
 
 mod common;
 
@@ -35,8 +36,9 @@ fn linked_tracepoints(pid: u32) -> Vec<String> {
 }
 
 /// Runs the agent with a powercap meter and `yaml`, and returns the tracepoints it holds
-/// links to once ready; `None` when eBPF did not load here.
-fn tracepoints_with(yaml: &str) -> Option<Vec<String>> {
+/// links to once ready, and the accounting its metrics name; `None` when eBPF did not load
+/// here.
+fn tracepoints_with(yaml: &str) -> Option<(Vec<String>, String)> {
     let dir = tempfile::tempdir().unwrap();
     let sysfs = sysfs_dir();
     let _sim = PowercapSim::start(sysfs.path(), &[("package-0", 50.0, 1 << 40)]);
@@ -44,7 +46,13 @@ fn tracepoints_with(yaml: &str) -> Option<Vec<String>> {
         start_agent_with_config(dir.path(), yaml, &["--host.sysfs", sysfs.path().to_str()?]);
     wait_ready(port, Duration::from_secs(60));
     let held = linked_tracepoints(agent.0.id());
-    held.iter().any(|t| t == "sched_switch").then_some(held)
+    let samples = scrape(port);
+    let accounting = select(&samples, "kepler_agent_ebpf_accounting_info", &[]);
+    assert_eq!(accounting.len(), 1, "one accounting");
+    let accounting = accounting[0].labels["accounting"].clone();
+    held.iter()
+        .any(|t| t == "sched_switch")
+        .then_some((held, accounting))
 }
 
 #[test]
@@ -54,7 +62,7 @@ fn softirq_counting_is_attached_only_when_read() {
         return;
     }
     // A measuring meter reads no features: only sched_switch stays.
-    let Some(held) = tracepoints_with("ebpf:\n  enabled: true\n") else {
+    let Some((held, accounting)) = tracepoints_with("ebpf:\n  enabled: true\n") else {
         skip("SKIP: the eBPF source did not load here");
         return;
     };
@@ -63,11 +71,18 @@ fn softirq_counting_is_attached_only_when_read() {
         ["sched_switch"],
         "with a power meter and nothing exported"
     );
-    // Exported features include the softirq counts: the probe stays.
-    let held = tracepoints_with("ebpf:\n  enabled: true\n  exportFeatures: true\n")
+    // Nothing needs switches counted: either accounting may cost the node less.
+    assert!(
+        ["sched_switch", "task_iterator"].contains(&accounting.as_str()),
+        "{accounting}"
+    );
+    // Exported features include the softirq counts: the probe stays, and charging at every
+    // switch with it (its counts go to the entries sched_switch keeps).
+    let (held, accounting) = tracepoints_with("ebpf:\n  enabled: true\n  exportFeatures: true\n")
         .expect("eBPF loaded a moment ago");
     assert!(
         held.iter().any(|t| t == "softirq_entry") && held.iter().any(|t| t == "sched_switch"),
         "with exportFeatures: {held:?}"
     );
+    assert_eq!(accounting, "sched_switch");
 }

@@ -466,6 +466,7 @@ fn run_agent() -> Arc<AgentState> {
                 dropped: 3,
                 tracked: 12,
                 exits_deferred: 5,
+                task_iterator: false,
             }),
             process: Some(ProcessStats {
                 cpu_seconds: 1.25 * (tick as f64 + 1.0),

@@ -50,7 +50,7 @@ mod unseen;
 
 use std::fmt;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -138,6 +138,9 @@ pub struct EbpfStats {
     pub exits_deferred: AtomicU64,
     /// Groups in the process map at the last snapshot.
     pub tracked_processes: AtomicU64,
+    /// Whether CPU time is accounted by the task iterator rather than at every switch (see
+    /// [`Accounting`]).
+    pub task_iterator: AtomicBool,
 }
 
 impl EbpfStats {

@@ -56,6 +56,8 @@ pub struct EbpfCounts {
     /// Exits the full exit ring could not take, collected later from the process map without
     /// loss of CPU time: a steady rise means the ring is small for the node's exit rate.
     pub exits_deferred: u64,
+    /// CPU time read by a task iterator once per interval, not charged at every switch.
+    pub task_iterator: bool,
 }
 
 /// Everything [`crate::encode()`] needs besides the snapshot.

@@ -362,6 +362,13 @@ fn encode_head(w: &mut MetricWriter<'_>, ctx: &ExportContext) {
         w.family(&r::AGENT_EBPF_EXITS_DEFERRED)
             .sample([], ebpf.exits_deferred);
         w.family(&r::AGENT_EBPF_TRACKED).sample([], ebpf.tracked);
+        let accounting = if ebpf.task_iterator {
+            "task_iterator"
+        } else {
+            "sched_switch"
+        };
+        w.family(&r::AGENT_EBPF_ACCOUNTING)
+            .sample([accounting], 1u64);
     }
 }
 

@@ -507,6 +507,14 @@ pub static AGENT_EBPF_EXITS_DEFERRED: Desc<0> = Desc {
     level: None,
     node_name: true,
 };
+pub static AGENT_EBPF_ACCOUNTING: Desc<1> = Desc {
+    name: "kepler_agent_ebpf_accounting_info",
+    help: "How the eBPF source accounts CPU time (1): accounting sched_switch (charged at every context switch) or task_iterator (read once per interval, exits at their final switch), whichever costs the node less, chosen at start",
+    kind: Gauge,
+    labels: ["accounting"],
+    level: None,
+    node_name: true,
+};
 pub static AGENT_EBPF_TRACKED: Desc<0> = Desc {
     name: "kepler_agent_ebpf_tracked_processes",
     help: "Processes in the eBPF per-process map",
@@ -619,6 +627,7 @@ pub static ALL: &[&dyn Describe] = &[
     &AGENT_EBPF_DROPPED,
     &AGENT_EBPF_EXITS_DEFERRED,
     &AGENT_EBPF_TRACKED,
+    &AGENT_EBPF_ACCOUNTING,
     &AGENT_COMPONENT_UP,
     &AGENT_COMPONENT_ERRORS,
     &AGENT_COMPONENT_UNAVAILABLE,

@@ -111,6 +111,7 @@ impl EbpfSource {
     fn turn_to_iterator(&mut self, unseen: Vec<u32>) -> Result<(), String> {
         self.set_iterator_flag()?;
         self.accounting = Accounting::Iterator;
+        self.stats.task_iterator.store(true, Ordering::Relaxed);
         self.reconciler.use_iterator();
         if !unseen.is_empty() {
             tracing::info!(
