@@ -5,7 +5,9 @@
 /// Aligned to 8 bytes because the ELF parser reads headers in place.
 pub(crate) static OBJECT: &[u8] = aya::include_bytes_aligned!("../bpf/kepler.bpf.o");
 
-/// Totals of one thread group since the program was loaded (`struct task_totals`).
+/// Totals of one thread group (`struct task_totals`): since the programs were loaded with
+/// `sched_switch` accounting; with the task iterator, `cpu_ns` and `switches` are the last
+/// pass's reading since the group's start, and `dead_*` its ended threads' part.
 #[repr(C)]
 #[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
 pub(crate) struct TaskTotals {
