@@ -117,6 +117,36 @@ impl Gone {
     }
 }
 
+/// Deletes `tgid`'s entry from the process map; true when this delete removed it.
+fn delete_entry(map: &mut Map, tgid: u32) -> bool {
+    BpfHashMap::<_, u32, TaskTotals>::try_from(map).is_ok_and(|mut t| t.remove(&tgid).is_ok())
+}
+
+/// Deletes the entries of `tgids` from the process map and pushes those this call removed onto
+/// `removed` (the others were gone already): in batches where the kernel allows it.
+fn delete_entries(map: &mut Map, tgids: &[u32], removed: &mut Vec<u32>) {
+    let mut rest = tgids;
+    if let Map::HashMap(data) = &*map {
+        if let Ok(batch) = BatchMap::<u32, TaskTotals>::new(data) {
+            while !rest.is_empty() {
+                let (done, why) = batch.delete(rest);
+                removed.extend(rest.iter().take(done));
+                rest = rest.get(done..).unwrap_or_default();
+                match why {
+                    None => return,
+                    // Handed to the exits ring since the map was read: not ours.
+                    Some(BatchError::NotFound) => rest = rest.get(1..).unwrap_or_default(),
+                    Some(e) => {
+                        tracing::debug!(error = %e, "deleting entries one by one");
+                        break;
+                    }
+                }
+            }
+        }
+    }
+    removed.extend(rest.iter().copied().filter(|&tgid| delete_entry(map, tgid)));
+}
+
 /// The host as the reconciliation sees it during one snapshot: /proc, the cgroup trees, the
 /// classifier and the process map, borrowed from the source.
 struct Io<'a> {
@@ -155,33 +185,15 @@ impl Host for Io<'_> {
     }
 
     fn delete(&mut self, tgid: u32) -> bool {
-        let Some(map) = self.tasks.as_deref_mut() else {
-            return false;
-        };
-        BpfHashMap::<_, u32, TaskTotals>::try_from(map).is_ok_and(|mut t| t.remove(&tgid).is_ok())
+        self.tasks
+            .as_deref_mut()
+            .is_some_and(|map| delete_entry(map, tgid))
     }
 
     fn delete_each(&mut self, tgids: &[u32], removed: &mut Vec<u32>) {
-        let mut rest = tgids;
-        if let Some(Map::HashMap(data)) = self.tasks.as_deref() {
-            if let Ok(batch) = BatchMap::<u32, TaskTotals>::new(data) {
-                while !rest.is_empty() {
-                    let (done, why) = batch.delete(rest);
-                    removed.extend(rest.iter().take(done));
-                    rest = rest.get(done..).unwrap_or_default();
-                    match why {
-                        None => return,
-                        // Handed to the exits ring since the map was read: not ours.
-                        Some(BatchError::NotFound) => rest = rest.get(1..).unwrap_or_default(),
-                        Some(e) => {
-                            tracing::debug!(error = %e, "deleting entries one by one");
-                            break;
-                        }
-                    }
-                }
-            }
+        if let Some(map) = self.tasks.as_deref_mut() {
+            delete_entries(map, tgids, removed);
         }
-        removed.extend(rest.iter().copied().filter(|&tgid| self.delete(tgid)));
     }
 
     /// From /proc when the process is still there and is the same process (same start time),
@@ -464,13 +476,13 @@ impl UsageSource for EbpfSource {
                 self.read_live()?;
                 self.read_running();
             }
-            // Its readings include the stretch a task is running now, as of its last tick.
+            // No running stretches: its readings include the stretch a task is running now, as
+            // of its last tick.
             Accounting::Iterator => {
                 self.reconciler.iterator_snapshot(uptime);
                 self.run_pass();
                 self.read_live()?;
                 self.read_unseen();
-                self.observed.running.clear();
             }
         }
         self.read_kstats();

@@ -24,15 +24,6 @@ pub(crate) fn pids(procfs: &Path) -> BTreeSet<u32> {
         .collect()
 }
 
-/// Whether `pid`'s leader thread has ended (a zombie, or dead): the iterator skips ended
-/// threads on purpose, since their final runtime is counted at their final switch. `None` when
-/// gone or unreadable.
-pub(crate) fn has_ended(procfs: &Path, pid: u32) -> Option<bool> {
-    let stat = std::fs::read_to_string(procfs.join(pid.to_string()).join("stat")).ok()?;
-    let state = stat.rsplit_once(')')?.1.split_whitespace().next()?;
-    Some(matches!(state, "Z" | "X" | "x"))
-}
-
 /// How many threads `pid` has (0 when gone).
 pub(crate) fn threads(procfs: &Path, pid: u32) -> u64 {
     std::fs::read_dir(procfs.join(pid.to_string()).join("task")).map_or(0, |dir| dir.count() as u64)
@@ -146,11 +137,5 @@ mod tests {
         assert_eq!(pids(root.path()), BTreeSet::from([7]));
         assert_eq!(threads(root.path(), 7), 3);
         assert_eq!(threads(root.path(), 8), 0);
-
-        std::fs::write(root.path().join("7/stat"), "7 (a) b) Z 1 2").unwrap();
-        assert_eq!(has_ended(root.path(), 7), Some(true));
-        std::fs::write(root.path().join("7/stat"), "7 (x) S 1 2").unwrap();
-        assert_eq!(has_ended(root.path(), 7), Some(false));
-        assert_eq!(has_ended(root.path(), 8), None);
     }
 }

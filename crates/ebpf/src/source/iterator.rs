@@ -4,7 +4,7 @@
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use aya::maps::{HashMap as BpfHashMap, MapData, PerCpuArray};
+use aya::maps::{MapData, PerCpuArray};
 
 use super::{Accounting, EbpfSource};
 use crate::abi::{names, CpuState, TaskTotals};
@@ -76,16 +76,13 @@ impl EbpfSource {
     /// for those that run. Gone before the first snapshot, they cost nothing and lose nothing
     /// (a process that runs again gets its entry back, counting from then).
     fn clear_entries(&mut self) {
-        let Some(map) = self.ebpf.map_mut(names::TASKS) else {
+        if self.read_live().is_err() {
             return;
-        };
-        let Ok(mut tasks) = BpfHashMap::<_, u32, TaskTotals>::try_from(map) else {
-            return;
-        };
-        let tgids: Vec<u32> = tasks.keys().flatten().collect();
-        for tgid in tgids {
+        }
+        let tgids: Vec<u32> = self.observed.live.keys().copied().collect();
+        if let Some(map) = self.ebpf.map_mut(names::TASKS) {
             // One gone meanwhile (its group ended) needs no delete.
-            let _ = tasks.remove(&tgid);
+            super::delete_entries(map, &tgids, &mut Vec::new());
         }
     }
 
@@ -195,11 +192,15 @@ impl EbpfSource {
             return Vec::new();
         }
         let after = unseen::pids(&root);
-        before
+        let missed: Vec<u32> = before
             .intersection(&after)
             .filter(|pid| !self.observed.live.contains_key(pid))
-            .filter(|&&pid| unseen::has_ended(&root, pid) == Some(false))
             .copied()
+            .collect();
+        // The iterator skips ended threads on purpose (their final switch counts them).
+        missed
+            .into_iter()
+            .filter(|&pid| matches!(self.procfs.process_key_ended(pid), Some((_, false))))
             .collect()
     }
 
@@ -207,13 +208,9 @@ impl EbpfSource {
     /// live threads' runtime, plus their ended threads' part that `sched_switch` keeps in their
     /// entry (if one of them ended already).
     pub(super) fn read_unseen(&mut self) {
-        let root = self.procfs.root().to_path_buf();
         for process in &mut self.unseen {
             let pid = process.pid;
-            let Some(key) = self.procfs.process_key(pid) else {
-                continue;
-            };
-            let Some(leader_ended) = unseen::has_ended(&root, pid) else {
+            let Some((key, leader_ended)) = self.procfs.process_key_ended(pid) else {
                 continue;
             };
             let Some((runtime, slices)) = process.live_threads(leader_ended) else {

@@ -137,6 +137,7 @@ impl ProcfsSource {
             utime,
             stime,
             start_time,
+            ..
         } = stat?;
         let key = ProcessKey {
             pid,

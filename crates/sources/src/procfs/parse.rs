@@ -7,6 +7,8 @@ use std::time::Duration;
 #[derive(Debug, PartialEq, Eq)]
 pub(crate) struct PidStat<'a> {
     pub comm: &'a [u8],
+    /// The thread has ended: a zombie (`Z`) or being reaped (`X`, `x`).
+    pub ended: bool,
     pub flags: u64,
     pub utime: u64,
     pub stime: u64,
@@ -27,12 +29,14 @@ pub(crate) fn parse_pid_stat(line: &[u8]) -> Option<PidStat<'_>> {
         .split(u8::is_ascii_whitespace)
         .filter(|f| !f.is_empty());
     // `fields` starts at field 3 (state); the numbers are the man page's 1-based field numbers.
-    let flags = parse_u64(fields.nth(9 - 3)?)?;
+    let ended = matches!(fields.next()?, b"Z" | b"X" | b"x");
+    let flags = parse_u64(fields.nth(9 - 4)?)?;
     let utime = parse_u64(fields.nth(14 - 9 - 1)?)?;
     let stime = parse_u64(fields.next()?)?;
     let start_time = parse_u64(fields.nth(22 - 15 - 1)?)?;
     Some(PidStat {
         comm,
+        ended,
         flags,
         utime,
         stime,

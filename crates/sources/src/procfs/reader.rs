@@ -99,12 +99,19 @@ impl ProcfsReader {
     /// or its `stat` is unreadable. Cheaper than [`describe`](Self::describe) for checking
     /// that a process is still alive.
     pub fn process_key(&mut self, pid: u32) -> Option<ProcessKey> {
+        self.process_key_ended(pid).map(|(key, _)| key)
+    }
+
+    /// [`process_key`](Self::process_key), with whether the process's main thread has ended
+    /// (a zombie, or being reaped; its other threads may still run).
+    pub fn process_key_ended(&mut self, pid: u32) -> Option<(ProcessKey, bool)> {
         let user_hz = self.user_hz;
-        let start_time = self.read_stat(OsStr::new(&pid.to_string()))?.start_time;
-        Some(ProcessKey {
+        let stat = self.read_stat(OsStr::new(&pid.to_string()))?;
+        let key = ProcessKey {
             pid,
-            start_time: parse::ticks_to_duration(start_time, user_hz),
-        })
+            start_time: parse::ticks_to_duration(stat.start_time, user_hz),
+        };
+        Some((key, stat.ended))
     }
 
     /// Reads everything that identifies the process now at `pid`, the way the procfs source

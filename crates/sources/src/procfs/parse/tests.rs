@@ -11,6 +11,7 @@ fn stat_fields_by_number() {
         stat,
         PidStat {
             comm: b"process_api",
+            ended: false,
             flags: 4194560,
             utime: 26,
             stime: 60,
@@ -34,6 +35,9 @@ fn comm_with_spaces_and_parentheses() {
     let stat = parse_pid_stat(line).unwrap();
     assert_eq!(stat.comm, b"my (odd) ) 1 2 prog");
     assert_eq!((stat.utime, stat.stime, stat.start_time), (7, 3, 500));
+    assert!(!stat.ended);
+    let zombie = b"42 (a) b) Z 1 42 42 0 -1 0 0 0 0 0 7 3 0 0 20 0 1 0 500 0 0";
+    assert!(parse_pid_stat(zombie).unwrap().ended);
 }
 
 #[test]
