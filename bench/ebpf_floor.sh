@@ -17,10 +17,7 @@ rounds=${2:-5}
 cd "$(dirname "$0")/.."
 source bench/lib.sh
 
-for tool in clang gcc bpftool jq stress-ng python3; do
-  command -v "$tool" >/dev/null || { echo "needs $tool" >&2; exit 2; }
-done
-[ "$(id -u)" = 0 ] || { echo "needs root" >&2; exit 2; }
+need_root_and clang gcc bpftool jq stress-ng python3
 
 arch=$(uname -m | sed -e 's/x86_64/x86/' -e 's/aarch64/arm64/')
 for level in 0 1 2; do

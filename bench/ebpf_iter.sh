@@ -11,10 +11,7 @@ reads=${1:-50}
 cd "$(dirname "$0")/.."
 source bench/lib.sh
 
-for tool in clang bpftool python3; do
-  command -v "$tool" >/dev/null || { echo "needs $tool" >&2; exit 2; }
-done
-[ "$(id -u)" = 0 ] || { echo "needs root" >&2; exit 2; }
+need_root_and clang bpftool python3
 mountpoint -q /sys/fs/bpf || mount -t bpf bpf /sys/fs/bpf
 
 arch=$(uname -m | sed -e 's/x86_64/x86/' -e 's/aarch64/arm64/')

@@ -14,10 +14,7 @@ rounds=${2:-3}
 cd "$(dirname "$0")/.."
 source bench/lib.sh
 
-for tool in bpftool jq python3; do
-    command -v "$tool" >/dev/null || { echo "needs $tool" >&2; exit 2; }
-done
-[ "$(id -u)" = 0 ] || { echo "needs root" >&2; exit 2; }
+need_root_and bpftool jq python3
 if [ -z "${KEPLER_BIN:-}" ]; then
     cargo build -q --release -p kepler
     KEPLER_BIN=target/release/kepler

@@ -14,10 +14,7 @@ secs=${1:-10}
 cd "$(dirname "$0")/.."
 source bench/lib.sh
 
-for tool in bpftool jq perl stress-ng; do
-    command -v "$tool" >/dev/null || { echo "needs $tool" >&2; exit 2; }
-done
-[ "$(id -u)" = 0 ] || { echo "needs root" >&2; exit 2; }
+need_root_and bpftool jq perl stress-ng
 
 if [ -z "${HOLD:-}" ]; then
     cargo build -q --release -p kepler-ebpf --example ebpf_hold

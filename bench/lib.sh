@@ -9,6 +9,15 @@ bench_cleanup() {
 }
 trap bench_cleanup EXIT
 
+# Exits with status 2, saying what is missing, unless run as root with every tool named.
+need_root_and() {
+  local tool
+  for tool in "$@"; do
+    command -v "$tool" >/dev/null || { echo "needs $tool" >&2; exit 2; }
+  done
+  [ "$(id -u)" = 0 ] || { echo "needs root" >&2; exit 2; }
+}
+
 # A powercap tree under DIR with one package zone whose counter starts at 0 (RAPL's range as
 # on Intel servers is not needed here: nothing wraps within a run). Prints the zone's path.
 fake_powercap() {
