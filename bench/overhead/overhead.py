@@ -19,6 +19,7 @@ import http.client
 import json
 import os
 import platform
+import re
 import signal
 import socket
 import statistics
@@ -433,6 +434,10 @@ def agent_command(spec, opts, fixture, workdir, port):
     ]  # fmt: skip
 
 
+# Which way the eBPF agent chose to account CPU time (sched_switch or task_iterator).
+ACCOUNTING = re.compile(rb'kepler_agent_ebpf_accounting_info\{[^}]*\baccounting="([a-z_]+)"[^}]*\} 1')
+
+
 def scrape(port, started):
     """One GET /metrics: wall time to the end of the body, and the number of samples."""
     t0 = time.perf_counter()
@@ -445,8 +450,16 @@ def scrape(port, started):
     except OSError as e:
         return {"at": started, "ok": False, "error": str(e)}
     ms = (time.perf_counter() - t0) * 1e3
-    series = sum(1 for line in body.split(b"\n") if line and not line.startswith(b"#"))
-    return {"at": started, "ok": resp.status == 200, "ms": ms, "series": series, "bytes": len(body)}
+    lines = [line for line in body.split(b"\n") if line and not line.startswith(b"#")]
+    accounting = next((m.group(1).decode() for m in map(ACCOUNTING.match, lines) if m), None)
+    return {
+        "at": started,
+        "ok": resp.status == 200,
+        "ms": ms,
+        "series": len(lines),
+        "bytes": len(body),
+        "accounting": accounting,
+    }
 
 
 # --- one measurement ----------------------------------------------------------------------------
@@ -461,9 +474,10 @@ def measure(opts, round_no, load_name, agent_order, fixture, workdir, cgroup_par
         load.start()
         time.sleep(2)  # the spawner's own start-up is not the scenario
         agents = [Agent(s, opts, fixture, workdir, cgroup_parent) for s in agent_order]
+        # One after another: the eBPF agent weighs the host's switch rate over its first second
+        # to choose how it accounts, and other agents starting would be in it.
         for a in agents:
             a.start()
-        for a in agents:
             a.wait_ready(60)
         t0 = time.monotonic()
         for i, a in enumerate(agents):
@@ -508,6 +522,7 @@ def measure(opts, round_no, load_name, agent_order, fixture, workdir, cgroup_par
             "cpu_pct": 100 * (cpu + bpf) / elapsed,
             "rss_mib": rss[a.name],
             "series": last["series"] if last else None,
+            "accounting": last.get("accounting") if last else None,
             "body_bytes": last["bytes"] if last else None,
             "scrape_ms": statistics.median(s["ms"] for s in good) if good else None,
             "scrapes": len(good),

@@ -20,6 +20,8 @@ INTERVALS = ["5s", "1s"]
 TARGET_RATIO = 0.2
 TARGET_WAKE_PCT = 0.1
 TARGET_SCRAPE_MS = 10.0
+# The eBPF agent's accounting, as its cells name it.
+ACCOUNTING_SHORT = {"sched_switch": "switch", "task_iterator": "iterator"}
 
 
 def med(rows, key):
@@ -47,6 +49,9 @@ def cell(rows, kernel_part):
         f"{series:,.0f} series" if series is not None else "no scrape",
         f"{scrape:.1f} ms" if scrape is not None else "–",
     ]
+    chosen = sorted({r["accounting"] for r in rows if r.get("accounting")})
+    if chosen:
+        parts.append(" / ".join(ACCOUNTING_SHORT.get(c, c) for c in chosen))
     failed = sum(r["failed_scrapes"] for r in rows)
     if failed:
         parts.append(f"{failed} failed scrapes")
@@ -88,7 +93,9 @@ def render(out_dir):
         )
         lines.append("")
     lines.append(
-        "Cells: CPU % of one core · RSS · series · median scrape time. eBPF CPU is user space "
+        "Cells: CPU % of one core · RSS · series · median scrape time, and for the eBPF source "
+        "the accounting it chose (switch: `sched_switch` charging, iterator: the task "
+        "iterator). eBPF CPU is user space "
         "(agent cgroup) + in-kernel (its BPF programs' run time). Machine: load average at the "
         "end of the window · context switches per second during it (each runs the programs)."
     )
