@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
-# What a sched_switch program costs before it does any work: kepler_switch side by side with
-# three reference programs that do less (bench/ebpf_floor/floor.bpf.c):
+# What a sched_switch program costs before it does any work: kepler_switch and kepler_exit side by
+# side with three reference programs that do less (bench/ebpf_floor/floor.bpf.c):
 #   empty        returns at once: the attachment and bpf_stats' own clock reads;
 #   bookkeeping  + the per-CPU switch state (one per-CPU array value and the clock);
 #   hash         + one hash lookup by tgid and two atomic adds: per-process accounting's least;
-#   kepler       kepler_switch from the committed crates/ebpf/bpf/kepler.bpf.o.
+#   kepler       kepler_switch from the committed crates/ebpf/bpf/kepler.bpf.o;
+#   kepler_exit  the program that replaces it with task iterator accounting (final switches only).
 # Each is loaded alone, in turn, ROUNDS times per scenario (so that a noisy neighbour hits all
-# four alike), and its ns per call read from the kernel's BPF statistics. Scenarios: idle, 1,000
+# five alike), and its ns per call read from the kernel's BPF statistics. Scenarios: idle, 1,000
 # processes waking once a second, 1,000 spawns per second (bench/overhead/load.py), a switch
 # storm (stress-ng --switch 2). Needs root, clang, gcc, libbpf-dev, bpftool, jq, stress-ng.
 #   bench/ebpf_floor.sh [SECONDS PER MEASUREMENT] [ROUNDS]   (default 5 and 5)
@@ -26,13 +27,13 @@ for level in 0 1 2; do
     -c bench/ebpf_floor/floor.bpf.c -o "$tmp/floor$level.o"
 done
 gcc -O2 -Wall bench/ebpf_floor/load.c -o "$tmp/load" -lbpf
-programs=(empty bookkeeping hash kepler)
+programs=(empty bookkeeping hash kepler kepler_exit)
 object_of() {
   case $1 in
   empty) echo "$tmp/floor0.o" ;;
   bookkeeping) echo "$tmp/floor1.o" ;;
   hash) echo "$tmp/floor2.o" ;;
-  kepler) echo crates/ebpf/bpf/kepler.bpf.o ;;
+  kepler | kepler_exit) echo crates/ebpf/bpf/kepler.bpf.o ;;
   esac
 }
 
@@ -62,7 +63,7 @@ sample() {
   local ids
   ids=$(bpf_prog_ids "$1")
   bpftool prog show -j | jq -r --argjson ids "$ids" '.[] | select(.id as $i | $ids | index($i))
-    | select(.name == "floor_switch" or .name == "kepler_switch")
+    | select(.name == "floor_switch" or .name == "kepler_switch" or .name == "kepler_exit")
     | "\(.run_time_ns // 0) \(.run_cnt // 0)"'
 }
 
@@ -71,7 +72,13 @@ measure() {
   local log="$tmp/load.log" holder a b
   # A fresh log: the last one says "ready" until the new holder's redirection truncates it.
   rm -f "$log"
-  "$tmp/load" "$(object_of "$1")" $((secs + 300)) >"$log" 2>&1 &
+  local only=
+  case $1 in
+  kepler) only=kepler_switch ;;
+  kepler_exit) only=kepler_exit ;;
+  esac
+  # shellcheck disable=SC2086 # no PROGRAM argument for the reference objects
+  "$tmp/load" "$(object_of "$1")" $((secs + 300)) $only >"$log" 2>&1 &
   holder=$!
   # Loading parses the kernel's BTF: seconds on a busy machine.
   for _ in $(seq 1200); do grep -qs '^ready' "$log" && break; sleep 0.1; done

@@ -14,9 +14,10 @@
  * Iterator accounting replaces the per-switch accounting when nothing needs it (no hardware
  * counter, softirq or page-cache count is read): user space runs the task iterator once per
  * snapshot, which writes into each entry what the scheduler counted for the group's live
- * threads, and sched_switch only acts on a thread's final switch, adding the thread's final
- * runtime to its group and handing the group over when it was the last. The cost then follows
- * the number of threads per snapshot and of exits, not the number of switches.
+ * threads, and kepler_exit takes kepler_switch's place on sched_switch: it only acts on a
+ * thread's final switch, adding the thread's final runtime to its group and handing the group
+ * over when it was the last. The cost then follows the number of threads per snapshot and of
+ * exits, not the number of switches.
  *
  * The record layouts below are mirrored by crates/ebpf/src/abi.rs: change both together.
  */
@@ -85,11 +86,7 @@ struct cpu_state {
 	__u64 instructions;
 	__u64 cache_misses;
 	__u32 cur_tgid;
-	/*
-	 * Set by user space on every CPU when it turns to iterator accounting: from then on
-	 * sched_switch only acts on a thread's final switch.
-	 */
-	__u32 acct_iter;
+	__u32 _pad;
 	__u64 cur_start_ns;
 };
 
@@ -321,8 +318,6 @@ int BPF_PROG(kepler_switch, bool preempt, struct task_struct *prev, struct task_
 
 	if (!cs)
 		return 0;
-	if (cs->acct_iter)
-		return prev_state == TASK_DEAD ? thread_ended(prev) : 0;
 	__u64 now = bpf_ktime_get_ns();
 	__u64 last = cs->last_ns;
 	__u64 cycles = 0, instructions = 0, misses = 0;
@@ -385,6 +380,19 @@ int BPF_PROG(kepler_switch, bool preempt, struct task_struct *prev, struct task_
 	if (group_done)
 		move_to_exits(tgid, t, prev);
 	return 0;
+}
+
+/*
+ * Iterator accounting's sched_switch program, attached in kepler_switch's place when user space
+ * turns to the task iterator: it acts on final switches only. A program of its own rather than
+ * a flag in kepler_switch, because at a few dozen switches per CPU a second the flag's line is
+ * a cache miss on every call, for an answer that never changes.
+ */
+SEC("tp_btf/sched_switch")
+int BPF_PROG(kepler_exit, bool preempt, struct task_struct *prev, struct task_struct *next,
+	     unsigned int prev_state)
+{
+	return prev_state == TASK_DEAD ? thread_ended(prev) : 0;
 }
 
 /* Counts an event for the current task's group if it already has an entry. */

@@ -103,8 +103,7 @@ pub(crate) struct CpuState {
     pub cache_misses: u64,
     /// Group of the task switched in then (0: idle).
     pub cur_tgid: u32,
-    /// Non-zero once user space turned to iterator accounting.
-    pub acct_iter: u32,
+    pub _pad: u32,
     pub cur_start_ns: u64,
 }
 
@@ -126,6 +125,7 @@ pub(crate) mod names {
     pub const PGCACHE_PROG: &str = "kepler_pgcache";
     pub const PGCACHE_FENTRY_PROG: &str = "kepler_pgcache_fentry";
     pub const ITER_PROG: &str = "kepler_iter";
+    pub const EXIT_PROG: &str = "kepler_exit";
     pub const TASKS: &str = "tasks";
     pub const EXITS: &str = "exits";
     pub const KSTATS: &str = "kstats";

@@ -81,8 +81,9 @@ struct Request {
 enum Reply {
     /// Sent after the descriptors: `maps[i]` is the name of the map at descriptor `i`;
     /// `probe_fds` says which of the others (by position, all past the maps) each optional
-    /// probe attached through, so that the agent can detach it, and which is the task
-    /// iterator's link; the rest are kept as they are.
+    /// probe attached through, so that the agent can detach it, which are `sched_switch`'s
+    /// and which the task iterator's link and final-switch program; the rest are kept as
+    /// they are.
     Loaded {
         maps: Vec<String>,
         fds: usize,
@@ -393,12 +394,11 @@ fn hand_over(sock: BorrowedFd<'_>, loaded: &Loaded) -> std::io::Result<()> {
         .flatten()
         .map(|(_, fd)| fd.as_raw_fd())
         .collect();
-    let iter_link: Vec<RawFd> = loaded
-        .ebpf
-        .iter_link()
-        .map(|fd| fd.as_raw_fd())
-        .into_iter()
-        .collect();
+    let one = |fd: Option<BorrowedFd<'_>>| -> Vec<RawFd> {
+        fd.map(|fd| fd.as_raw_fd()).into_iter().collect()
+    };
+    let iter_link = one(loaded.ebpf.iter_link());
+    let exit_prog = one(loaded.ebpf.exit_prog());
     let labelled = loaded.probe_fds.iter().map(|(p, fds)| (*p, fds.as_slice()));
     let probe_fds = labelled
         .chain(
@@ -406,6 +406,7 @@ fn hand_over(sock: BorrowedFd<'_>, loaded: &Loaded) -> std::io::Result<()> {
                 .then_some((Part::Probe(OptionalProbe::HwCounters), counters.as_slice())),
         )
         .chain((!iter_link.is_empty()).then_some((Part::IterLink, iter_link.as_slice())))
+        .chain((!exit_prog.is_empty()).then_some((Part::ExitProg, exit_prog.as_slice())))
         .map(|(probe, theirs)| {
             let positions = theirs
                 .iter()

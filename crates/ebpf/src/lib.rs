@@ -13,7 +13,8 @@
 //! Where nothing needs per-switch counts (the optional probes all detached, see
 //! `UsageSource::retain_features`), the source may turn to [`Accounting::Iterator`] before its
 //! first snapshot: a task iterator reads every thread's runtime as the scheduler counts it once
-//! per snapshot, and `sched_switch` only acts on a thread's final switch (exits stay exact).
+//! per snapshot, and a `sched_switch` program that acts only on a thread's final switch takes
+//! the charging one's place (exits stay exact).
 //! Its cost follows threads per snapshot instead of switches; the source picks whichever costs
 //! the host less ([`HostLoad`]).
 //!

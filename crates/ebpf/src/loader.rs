@@ -1,6 +1,8 @@
 //! Loading the object and attaching its programs. `sched_switch` is required; the page-cache,
 //! softirq and hardware-counter probes are optional and each reports why it is off, and so is
-//! the task iterator of iterator accounting (linked, and idle until the source runs a pass).
+//! the task iterator of iterator accounting (linked, and idle until the source runs a pass;
+//! its final-switch program loaded, attached in `sched_switch`'s place when the source turns
+//! to it).
 
 use std::collections::HashMap;
 use std::os::fd::{AsFd, OwnedFd, RawFd};
@@ -12,7 +14,7 @@ use kepler_core::Unavailable;
 
 use crate::abi::{names, OBJECT};
 use crate::perf;
-use crate::probes::{attach_labelled, unload};
+use crate::probes::{attach_labelled, opened_by, unload};
 use crate::probes::{Labels, OptionalProbe, Part, ProbeState, Probes};
 use crate::slim_btf;
 use crate::task_iter;
@@ -40,8 +42,17 @@ pub(crate) struct Loaded {
 pub(crate) struct Attached {
     maps: HashMap<String, Map>,
     keep: Keep,
-    /// The task iterator's link, when iterator accounting is possible.
-    iter_link: Option<OwnedFd>,
+    /// What iterator accounting runs on, when it is possible.
+    iterator: Option<IterParts>,
+    /// `kepler_exit`'s attachment, once it replaced `kepler_switch`.
+    exit_link: Option<OwnedFd>,
+}
+
+/// Iterator accounting's programs: the task iterator's link (each snapshot's pass is made
+/// from it) and the loaded, not yet attached, final-switch program (`kepler_exit`).
+pub(crate) struct IterParts {
+    pub link: OwnedFd,
+    pub exit_prog: OwnedFd,
 }
 
 /// Held only to be dropped last, but for the optional probes, which can be detached earlier.
@@ -59,7 +70,7 @@ enum Keep {
 
 impl Attached {
     /// Takes every map out of a loaded object, which then only holds the programs.
-    fn from_object(mut ebpf: Ebpf, iter_link: Option<OwnedFd>) -> Self {
+    fn from_object(mut ebpf: Ebpf, iterator: Option<IterParts>) -> Self {
         let names: Vec<String> = ebpf.maps().map(|(n, _)| n.to_string()).collect();
         let maps = names
             .into_iter()
@@ -68,32 +79,63 @@ impl Attached {
         Attached {
             maps,
             keep: Keep::Object { ebpf },
-            iter_link,
+            iterator,
+            exit_link: None,
         }
     }
 
     /// Maps rebuilt from received descriptors; `probes` holds what each labelled part was
-    /// attached through (the task iterator's link among them) and `keep` everything else
+    /// attached through (the task iterator's parts among them) and `keep` everything else
     /// received.
     pub(crate) fn from_fds(
         maps: HashMap<String, Map>,
         keep: Vec<OwnedFd>,
         mut probes: Vec<(Part, Vec<OwnedFd>)>,
     ) -> Self {
-        let iter_link = probes
-            .iter()
-            .position(|(p, _)| *p == Part::IterLink)
-            .and_then(|at| probes.swap_remove(at).1.into_iter().next());
+        let mut take = |part: Part| {
+            let at = probes.iter().position(|(p, _)| *p == part)?;
+            probes.swap_remove(at).1.into_iter().next()
+        };
+        let iterator = match (take(Part::IterLink), take(Part::ExitProg)) {
+            (Some(link), Some(exit_prog)) => Some(IterParts { link, exit_prog }),
+            _ => None,
+        };
         Attached {
             maps,
             keep: Keep::Fds { _fds: keep, probes },
-            iter_link,
+            iterator,
+            exit_link: None,
         }
     }
 
     /// The task iterator's link, if it could be linked.
     pub(crate) fn iter_link(&self) -> Option<std::os::fd::BorrowedFd<'_>> {
-        self.iter_link.as_ref().map(|fd| fd.as_fd())
+        self.iterator.as_ref().map(|parts| parts.link.as_fd())
+    }
+
+    /// The final-switch program, while it is not attached.
+    pub(crate) fn exit_prog(&self) -> Option<std::os::fd::BorrowedFd<'_>> {
+        self.iterator.as_ref().map(|parts| parts.exit_prog.as_fd())
+    }
+
+    /// Puts `kepler_exit` on `sched_switch` in `kepler_switch`'s place: from here on switches
+    /// are not charged, final switches are handed over. Attached before the other is detached,
+    /// so that no final switch goes unseen; one in between is seen by both, which the caller
+    /// must allow for (the source turns before its first snapshot, which makes every reading a
+    /// baseline). On an error `kepler_switch` is left as it was, and `kepler_exit` detached.
+    pub(crate) fn put_exit_in_switch_place(&mut self) -> Result<(), String> {
+        if self.exit_link.is_some() {
+            return Ok(());
+        }
+        let prog = self.exit_prog().ok_or("no final-switch program")?;
+        let link = task_iter::attach_raw_tracepoint(prog)
+            .map_err(|e| format!("attaching {}: {e}", names::EXIT_PROG))?;
+        match &mut self.keep {
+            Keep::Object { ebpf } => unload(ebpf, names::SWITCH_PROG)?,
+            Keep::Fds { .. } => self.drop_labelled(Part::Switch)?,
+        }
+        self.exit_link = Some(link);
+        Ok(())
     }
 
     /// Removes the descriptors labelled `part`; an error if a loader child did not label it.
@@ -274,8 +316,9 @@ fn load_with(
         Err(state) => (None, state),
     };
 
-    attach_switch(&mut ebpf, &btf)?;
-    let mut probe_fds = Vec::new();
+    let (switch, switch_fds) = opened_by(labels, || attach_switch(&mut ebpf, &btf), Result::is_ok);
+    switch?;
+    let mut probe_fds = vec![(Part::Switch, switch_fds)];
     let softirq = if settings.softirq {
         let (state, fds) = attach_labelled(labels, || attach_softirq(&mut ebpf, &btf));
         probe_fds.push((Part::Probe(OptionalProbe::Softirq), fds));
@@ -290,12 +333,12 @@ fn load_with(
     } else {
         ProbeState::Disabled
     };
-    let (task_iterator, iter_link) = match attach_task_iterator(&mut ebpf, &btf) {
-        Ok(link) => (ProbeState::Active(ITER_ACTIVE.into()), Some(link)),
+    let (task_iterator, iterator) = match attach_task_iterator(&mut ebpf, &btf) {
+        Ok(parts) => (ProbeState::Active(ITER_ACTIVE.into()), Some(parts)),
         Err(why) => (ProbeState::Unavailable(why), None),
     };
     probe_fds.retain(|(_, fds)| !fds.is_empty());
-    let mut ebpf = Attached::from_object(ebpf, iter_link);
+    let mut ebpf = Attached::from_object(ebpf, iterator);
     let exits = exits_ring(&mut ebpf)?;
     Ok(Loaded {
         ebpf,
@@ -394,9 +437,9 @@ fn attach_switch(ebpf: &mut Ebpf, btf: &Btf) -> Result<(), Unavailable> {
 
 const ITER_ACTIVE: &str = "iter/task";
 
-/// Loads the task iterator and links it (a link costs nothing until a pass is made from it).
-/// Returns the link.
-fn attach_task_iterator(ebpf: &mut Ebpf, btf: &Btf) -> Result<OwnedFd, String> {
+/// Loads the task iterator and links it (a link costs nothing until a pass is made from it),
+/// and loads its final-switch program without attaching it.
+fn attach_task_iterator(ebpf: &mut Ebpf, btf: &Btf) -> Result<IterParts, String> {
     let prog: &mut Iter = ebpf
         .program_mut(names::ITER_PROG)
         .ok_or("object has no task iterator")?
@@ -404,7 +447,22 @@ fn attach_task_iterator(ebpf: &mut Ebpf, btf: &Btf) -> Result<OwnedFd, String> {
         .map_err(|e| chain(&e))?;
     prog.load("task", btf).map_err(|e| chain(&e))?;
     let prog_fd = prog.fd().map_err(|e| chain(&e))?;
-    task_iter::link(prog_fd.as_fd()).map_err(|e| format!("linking iter/task: {e}"))
+    let link = task_iter::link(prog_fd.as_fd()).map_err(|e| format!("linking iter/task: {e}"))?;
+    let exit: &mut BtfTracePoint = ebpf
+        .program_mut(names::EXIT_PROG)
+        .ok_or("object has no final-switch program")?
+        .try_into()
+        .map_err(|e| chain(&e))?;
+    exit.load("sched_switch", btf)
+        .map_err(|e| format!("loading {}: {}", names::EXIT_PROG, chain(&e)))?;
+    // A descriptor of its own: the object's goes when the object is dropped or handed over.
+    let exit_prog = exit
+        .fd()
+        .map_err(|e| chain(&e))?
+        .as_fd()
+        .try_clone_to_owned()
+        .map_err(|e| format!("{}: {e}", names::EXIT_PROG))?;
+    Ok(IterParts { link, exit_prog })
 }
 
 fn attach_softirq(ebpf: &mut Ebpf, btf: &Btf) -> ProbeState {

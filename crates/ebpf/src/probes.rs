@@ -132,6 +132,11 @@ pub(crate) enum Part {
     Probe(OptionalProbe),
     /// The task iterator's link: each snapshot's pass is created from it.
     IterLink,
+    /// The task iterator's final-switch program (`kepler_exit`), loaded, not attached.
+    ExitProg,
+    /// What `kepler_switch` is attached through, for the source to detach it when it puts
+    /// `kepler_exit` in its place.
+    Switch,
 }
 
 /// Detaches and unloads one program of a loaded object; one never loaded (a probe that did not
@@ -180,12 +185,22 @@ pub(crate) fn attach_labelled(
     labels: Labels,
     attach: impl FnOnce() -> ProbeState,
 ) -> (ProbeState, Vec<RawFd>) {
+    opened_by(labels, attach, ProbeState::is_active)
+}
+
+/// Runs `attach`; with [`Labels::Fds`] also returns the descriptors it left open when
+/// `attached` says that it did.
+pub(crate) fn opened_by<T>(
+    labels: Labels,
+    attach: impl FnOnce() -> T,
+    attached: impl FnOnce(&T) -> bool,
+) -> (T, Vec<RawFd>) {
     let before = match labels {
         Labels::Fds => open_fds().ok(),
         Labels::None => None,
     };
     let state = attach();
-    let opened = match (before, state.is_active()) {
+    let opened = match (before, attached(&state)) {
         (Some(before), true) => open_fds()
             .map(|after| {
                 after

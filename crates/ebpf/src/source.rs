@@ -748,6 +748,66 @@ mod tests {
         assert!(snap.processes.iter().all(|p| p.key.pid <= u32::MAX - N));
     }
 
+    /// This thread's CPU time, as the scheduler counts it.
+    fn thread_cpu() -> Duration {
+        let mut ts = libc::timespec {
+            tv_sec: 0,
+            tv_nsec: 0,
+        };
+        // SAFETY: `ts` is a valid timespec for the call to fill.
+        let rc = unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+        assert_eq!(rc, 0);
+        Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
+    }
+
+    fn burn(d: Duration) -> Duration {
+        let start = thread_cpu();
+        while thread_cpu() - start < d {
+            std::hint::spin_loop();
+        }
+        thread_cpu()
+    }
+
+    #[test]
+    fn with_the_iterator_switches_are_not_charged_and_final_ones_are_seen() {
+        let test = "with_the_iterator_switches_are_not_charged_and_final_ones_are_seen";
+        if crate::test_support::skip_unless_root(test) {
+            return;
+        }
+        let mut src = bare_source();
+        src.use_task_iterator().unwrap();
+        let me = std::process::id();
+        let entry = |src: &mut EbpfSource| tasks(src).get(&me, 0).unwrap();
+        src.run_pass();
+        let before = entry(&mut src);
+        // CPU time and switches in this thread, which kepler_switch would charge to the entry;
+        // only a pass may change what it says of the live threads.
+        for _ in 0..20 {
+            burn(Duration::from_millis(1));
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        let between = entry(&mut src);
+        assert_eq!(
+            (between.cpu_ns, between.switches),
+            (before.cpu_ns, before.switches)
+        );
+        // A thread that ends: its final switch adds all of its runtime to the ended part
+        // (other tests' threads of this process may add theirs too).
+        let used = std::thread::spawn(|| burn(Duration::from_millis(20)))
+            .join()
+            .unwrap();
+        let used = u64::try_from(used.as_nanos()).unwrap();
+        let deadline = std::time::Instant::now() + Duration::from_secs(2);
+        while entry(&mut src).dead_ns < before.dead_ns + used
+            && std::time::Instant::now() < deadline
+        {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        assert!(entry(&mut src).dead_ns >= before.dead_ns + used);
+        src.run_pass();
+        assert!(entry(&mut src).cpu_ns >= before.cpu_ns + used + 20_000_000);
+    }
+
     #[test]
     fn drained_exits_survive_a_failed_map_read() {
         let test = "drained_exits_survive_a_failed_map_read";

@@ -1,12 +1,14 @@
-//! The task iterator of iterator accounting: its link, made once, and one pass per snapshot.
-//! Raw `bpf(2)` calls: aya 0.14 keeps an iterator's link to itself (an `IterLink` can only be
-//! turned into one pass, once), and a loader child's link arrives as a bare descriptor.
+//! The task iterator of iterator accounting: its link, made once, and one pass per snapshot;
+//! and the attachment of its final-switch program. Raw `bpf(2)` calls: aya 0.14 keeps an
+//! iterator's link to itself (an `IterLink` can only be turned into one pass, once), and a
+//! loader child's link and programs arrive as bare descriptors.
 
 use std::io::{self, Read};
 use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
 
 /// `BPF_LINK_CREATE` and `BPF_ITER_CREATE` in `enum bpf_cmd`, `BPF_TRACE_ITER` in
 /// `enum bpf_attach_type` (uapi/linux/bpf.h).
+const BPF_RAW_TRACEPOINT_OPEN: libc::c_long = 17;
 const BPF_LINK_CREATE: libc::c_long = 28;
 const BPF_ITER_CREATE: libc::c_long = 33;
 const BPF_TRACE_ITER: u32 = 28;
@@ -20,6 +22,15 @@ struct LinkCreateAttr {
     flags: u32,
     iter_info: u64,
     iter_info_len: u32,
+    _pad: u32,
+}
+
+/// `union bpf_attr` as used by `BPF_RAW_TRACEPOINT_OPEN` (kernels from 6.10 have a cookie
+/// after the padding; older ones refuse a longer attribute unless its tail is zero).
+#[repr(C)]
+struct RawTracepointAttr {
+    name: u64,
+    prog_fd: u32,
     _pad: u32,
 }
 
@@ -71,6 +82,19 @@ pub(crate) fn link(prog: BorrowedFd<'_>) -> io::Result<OwnedFd> {
     };
     // SAFETY: the layout is BPF_LINK_CREATE's, and it points at nothing.
     unsafe { fd_call(BPF_LINK_CREATE, &attr) }
+}
+
+/// Attaches a loaded `tp_btf` program to the tracepoint it was loaded for; it stays attached as
+/// long as the returned descriptor.
+pub(crate) fn attach_raw_tracepoint(prog: BorrowedFd<'_>) -> io::Result<OwnedFd> {
+    let attr = RawTracepointAttr {
+        // No name: a BTF-typed program's tracepoint is fixed at load.
+        name: 0,
+        prog_fd: fd_number(prog)?,
+        _pad: 0,
+    };
+    // SAFETY: the layout is BPF_RAW_TRACEPOINT_OPEN's, and it points at nothing.
+    unsafe { fd_call(BPF_RAW_TRACEPOINT_OPEN, &attr) }
 }
 
 /// Runs one pass of the iterator: every task once, then the end call. The program writes
