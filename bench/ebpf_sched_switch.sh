@@ -7,8 +7,9 @@
 # and stress-ng.
 #   bench/ebpf_sched_switch.sh [SECONDS PER SCENARIO] (default 10)
 # HOLD=path runs an already built ebpf_hold instead of building the release one.
-# HOLD_ARGS=--iterator measures task iterator accounting: sched_switch then acts on final
-# switches only, and kepler_iter's calls are one per thread per snapshot (one a second).
+# HOLD_ARGS=--iterator measures task iterator accounting: kepler_exit then takes kepler_switch's
+# place on sched_switch (final switches only), and kepler_iter's calls are one per thread per
+# snapshot (one a second).
 set -euo pipefail
 secs=${1:-10}
 cd "$(dirname "$0")/.."

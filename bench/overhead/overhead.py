@@ -166,9 +166,10 @@ def prog_name(prog_id):
 
 
 def bpf_programs(pid):
-    """fd numbers of the BPF programs a process holds (its links hold the same programs), but
-    those it runs itself."""
+    """fd numbers of the BPF programs a process holds (its links hold the same programs), one
+    per program (a program can be held through two descriptors), but those it runs itself."""
     fds = []
+    seen = set()
     base = f"/proc/{pid}/fdinfo"
     for fd in os.listdir(base):
         try:
@@ -178,7 +179,8 @@ def bpf_programs(pid):
             continue
         if "prog_type:" in text and "link_id:" not in text:
             prog_id = next((l.split()[1] for l in text.splitlines() if l.startswith("prog_id:")), "")
-            if prog_name(prog_id) not in RUN_BY_THE_AGENT:
+            if prog_id not in seen and prog_name(prog_id) not in RUN_BY_THE_AGENT:
+                seen.add(prog_id)
                 fds.append(fd)
     return fds
 

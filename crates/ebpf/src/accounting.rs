@@ -6,9 +6,10 @@
 
 use std::time::Duration;
 
-/// What per-switch charging costs beyond the iterator mode's exit-only check, per switch
-/// (`bench/ebpf_sched_switch.sh`, both ways): 1,120–1,653 ns against ~600 at idle and 100
-/// spawns/s, 722 against 299 at 1,000 spawns/s, 170 against 54 under a switch storm.
+/// What per-switch charging costs beyond the iterator mode's final-switch program, per switch
+/// (`bench/ebpf_sched_switch.sh`, both ways): 995–1,653 ns against ~400 at idle, 1,120–1,328
+/// against 430–630 at 100 spawns/s (the exits' own records in both), 717–722 against
+/// 299–334 at 1,000 spawns/s, 170–176 against 49–54 under a switch storm.
 const SWITCH_SAVED_NS: f64 = 600.0;
 /// What one pass costs per thread, the iterator's walk and the program (`examples/ebpf_hold
 /// --iterator`: 1.0 ms with 1,081 threads, 110 µs with ~150).
