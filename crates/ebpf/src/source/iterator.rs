@@ -13,8 +13,8 @@ use crate::{proc, unseen, HostLoad};
 impl EbpfSource {
     /// Turns to iterator accounting, before the first snapshot: `kepler_exit`, which acts
     /// only on a thread's final switch, takes `kepler_switch`'s place on `sched_switch`, and
-    /// each snapshot runs the task iterator. Returns why not when it stays with `sched_switch` accounting (see
-    /// [`Self::iterator_blocked`]).
+    /// each snapshot runs the task iterator. Returns why not when it stays with `sched_switch`
+    /// accounting (see [`Self::iterator_blocked`]).
     pub fn use_task_iterator(&mut self) -> Result<(), String> {
         if self.accounting == Accounting::Iterator {
             return Ok(());
@@ -61,8 +61,8 @@ impl EbpfSource {
                 unseen_threads = load.unseen_threads,
                 switches_per_s = load.switches_per_s.round(),
                 interval = ?self.interval,
-                "eBPF accounting: task iterator once per snapshot, sched_switch for exits only \
-                 (charging every switch would cost more)"
+                "eBPF accounting: task iterator once per snapshot, only final switches on \
+                 sched_switch (charging every switch would cost more)"
             ),
             Err(why) => {
                 self.clear_entries();
@@ -140,8 +140,8 @@ impl EbpfSource {
     /// `None` when /proc or the map does not say. No unseen threads yet.
     fn host_load(&mut self) -> Option<HostLoad> {
         // A whole second, because much of what wakes does so once a second, often in step
-        // (timers started together): a quarter-second window saw 1,000 such processes as 420
-        // switches/s or 2,000 by chance, and most of them as quiet.
+        // (timers started together): a quarter-second window read 1,000 such processes as 420
+        // switches/s where a second reads 2,080, and most of them as quiet.
         const WINDOW: Duration = Duration::from_secs(1);
         let (at_load, since) = self.loaded_switches?;
         if let Some(rest) = WINDOW.checked_sub(since.elapsed()) {
