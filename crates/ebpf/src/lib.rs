@@ -21,9 +21,9 @@
 //! Process keys use the same start time as `/proc/<pid>/stat` (the group leader's
 //! `start_boottime`, floored to clock ticks), so the same process has the same key in the
 //! procfs and eBPF sources. With `sched_switch` accounting CPU times count from when the
-//! programs were loaded, with the task iterator from each task's start: attribution only uses
-//! differences, and a process older than the agent's first snapshot gets a baseline first
-//! reading.
+//! programs were loaded, with the task iterator from the first snapshot (the scheduler's count
+//! runs from each task's start; a process alive then is reported relative to its reading
+//! there): either way a process is reported once it has run since the agent started.
 //!
 //! Entry points: [`probe`] (can eBPF be used here, and if not why) and [`EbpfSource::new`].
 //! The model features of two snapshots are computed by `kepler_core::features`.

@@ -4,6 +4,7 @@
 //! process still in /proc, what is it, the process map's entry now, did a delete win) go
 //! through [`Host`], so tests drive every rule with a fake one and without root.
 
+mod baseline;
 mod gc;
 mod recent;
 
@@ -13,6 +14,7 @@ use std::time::Duration;
 
 use kepler_core::{ProcessInfo, ProcessKey, ProcessUsage, TaskCounters};
 
+use self::baseline::Baselines;
 use self::recent::Recent;
 use crate::abi::{ExitRecord, TaskTotals};
 
@@ -176,6 +178,9 @@ pub(crate) struct Reconciler {
     /// runs from its start, and nothing says how much of it came before (it was ending during
     /// the first pass, or the map was full then).
     iterator_since: Option<Duration>,
+    /// With the task iterator: each reading of the first step, what that process's later
+    /// readings are reported relative to (see [`baseline`]).
+    baselines: Baselines,
     known: FastMap<ProcessKey, Known>,
     ended: Recent<Ended>,
     /// Exit records drained but not reported yet: they stay here until a snapshot succeeds.
@@ -205,6 +210,7 @@ impl Reconciler {
             measured,
             iterator: false,
             iterator_since: None,
+            baselines: Baselines::default(),
             known: FastMap::default(),
             ended: Recent::new(ENDED_TTL),
             pending: FastMap::default(),
@@ -229,7 +235,8 @@ impl Reconciler {
     /// at the final switch of its last thread. Entries of gone processes are then not looked
     /// for in /proc: a process is gone from there when it is reaped, which may come before
     /// its threads' final switches, and an entry taken then would count those threads again
-    /// when their final runtime arrives.
+    /// when their final runtime arrives. Called before the first step, whose readings become
+    /// the baselines of the processes then alive (see [`baseline`]).
     pub(crate) fn use_iterator(&mut self) {
         self.iterator = true;
     }
@@ -242,14 +249,20 @@ impl Reconciler {
     }
 
     /// Whether `key` is met for the first time now, but started before the task iterator's
-    /// first snapshot (see `iterator_since`).
+    /// first snapshot (see `iterator_since`) and was not in it.
     fn began_unseen(&self, key: &ProcessKey) -> bool {
         self.steps > 1
             && self
                 .iterator_since
                 .is_some_and(|since| key.start_time < since)
+            && !self.baselines.contains(key)
             && !self.known.contains_key(key)
             && !self.ended.contains_key(key)
+    }
+
+    /// Whether this process was reported before (live, or exited in the last steps).
+    fn reported_before(&self, key: &ProcessKey) -> bool {
+        self.known.contains_key(key) || self.ended.contains_key(key)
     }
 
     /// Exited groups dropped so far because too many were held (snapshots kept failing).
@@ -318,6 +331,9 @@ impl Reconciler {
             (tgid, t, ns)
         }));
 
+        // With the task iterator the first step reads every process's baseline and reports
+        // none of them: relative to itself, each has used nothing yet.
+        let first_iterator_step = self.iterator && self.steps == 1;
         let mut processes = Vec::with_capacity(tasks.len() + exited.len());
         for (tgid, t, running_ns) in &tasks {
             let key = host.key(*tgid, t.start_ns);
@@ -331,7 +347,17 @@ impl Reconciler {
             if self.ended.refresh(&key) || self.began_unseen(&key) {
                 continue;
             }
-            processes.push(self.live_usage(host, key, t, *running_ns));
+            if first_iterator_step {
+                self.baselines.set(key, t, self.steps);
+                continue;
+            }
+            let since = self.baselines.live(key, t, self.steps);
+            // Quiet since the first snapshot. (One reported before stays reported, even if a
+            // pass missed a thread of it: a report never goes back.)
+            if !since.used && !self.reported_before(&key) {
+                continue;
+            }
+            processes.push(self.live_usage(host, key, &since.totals, *running_ns));
         }
         let used = tasks.len();
         trim_vec(&mut tasks, used);
@@ -341,7 +367,12 @@ impl Reconciler {
             if self.began_unseen(&key) {
                 continue;
             }
-            processes.push(self.exited_usage(host, key, piece, &exit));
+            let since = self.baselines.exited(key, &piece, self.steps);
+            // Ended without having run since the first snapshot.
+            if !since.used && !self.reported_before(&key) {
+                continue;
+            }
+            processes.push(self.exited_usage(host, key, since.totals, &exit));
         }
         trim_map(&mut exited, n_exited);
         self.pending = exited;
@@ -351,6 +382,7 @@ impl Reconciler {
         let n = self.steps;
         self.known
             .retain(|_, k| n.saturating_sub(k.seen) < u64::from(KNOWN_TTL));
+        self.baselines.forget_older(n, u64::from(KNOWN_TTL));
         Step {
             processes,
             gc_removed,

@@ -420,9 +420,11 @@ impl UsageSource for EbpfSource {
         "ebpf"
     }
 
-    /// `sched_switch` counts from when it was loaded. The task iterator reads the scheduler's
-    /// count, which runs from each task's start, but every task alive at a snapshot is in it:
-    /// a process first reported after the first snapshot lived only since the one before (or
+    /// `sched_switch` counts from when it was loaded, and a process gets an entry when it
+    /// first runs. The task iterator reads the scheduler's count, which runs from each task's
+    /// start, but every task alive at a snapshot is in it, and a process alive at the first
+    /// snapshot is reported relative to its reading there, once it has run since: a process
+    /// first reported after the first snapshot used all it reports since the one before (or
     /// ended unseen just before it, and is reported when its exit comes), except one that
     /// started before the first snapshot without being in it, which is left out.
     fn counts_from_start(&self) -> bool {
@@ -806,6 +808,40 @@ mod tests {
         assert!(entry(&mut src).dead_ns >= before.dead_ns + used);
         src.run_pass();
         assert!(entry(&mut src).cpu_ns >= before.cpu_ns + used + 20_000_000);
+    }
+
+    /// The pids in /proc now.
+    fn proc_pids() -> std::collections::BTreeSet<u32> {
+        std::fs::read_dir("/proc")
+            .unwrap()
+            .flatten()
+            .filter_map(|e| e.file_name().to_str()?.parse().ok())
+            .collect()
+    }
+
+    /// With the task iterator every process is read at every snapshot (reported once it runs),
+    /// pid 1 included, which this VM's kernel leaves out of every iterator pass: the source
+    /// reads it from /proc instead.
+    #[test]
+    fn the_task_iterator_reads_every_process() {
+        let test = "the_task_iterator_reads_every_process";
+        if crate::test_support::skip_unless_root(test) {
+            return;
+        }
+        let mut src = bare_source();
+        src.use_task_iterator().unwrap();
+        src.snapshot().unwrap();
+        let before = proc_pids();
+        src.snapshot().unwrap();
+        let after = proc_pids();
+        let missing: Vec<u32> = before
+            .intersection(&after)
+            .filter(|p| !src.observed.live.contains_key(p))
+            .copied()
+            .collect();
+        assert!(missing.is_empty(), "not read: {missing:?}");
+        let init = src.observed.live.get(&1);
+        assert!(init.is_some_and(|t| t.cpu_ns > 0), "pid 1: {init:?}");
     }
 
     #[test]

@@ -25,6 +25,11 @@ fn child_entry_point() {
     let parts: Vec<&str> = mode.split(':').collect();
     match parts.as_slice() {
         ["burn", ms] => burn_cpu(Duration::from_millis(ms.parse().unwrap())),
+        ["burn-sleep-burn", a, pause, b] => {
+            burn_cpu(Duration::from_millis(a.parse().unwrap()));
+            std::thread::sleep(Duration::from_millis(pause.parse().unwrap()));
+            burn_cpu(Duration::from_millis(b.parse().unwrap()));
+        }
         ["burst", n, ms] => fork_burst(
             n.parse().unwrap(),
             Duration::from_millis(ms.parse().unwrap()),
@@ -182,50 +187,77 @@ fn burning_child_with(accounting: Accounting) {
     assert!(switches.is_some_and(|n| n > 0), "context switches counted");
 }
 
-/// The pids in /proc now.
-fn proc_pids() -> std::collections::BTreeSet<u32> {
-    std::fs::read_dir("/proc")
-        .unwrap()
-        .flatten()
-        .filter_map(|e| e.file_name().to_str()?.parse().ok())
-        .collect()
-}
-
-/// With the task iterator every process is read at every snapshot, pid 1 included (which this
-/// VM's kernel leaves out of every iterator pass: the source reads it from /proc instead).
+/// What a process older than the source's first snapshot is credited is what it used after
+/// that snapshot, in both accountings: `sched_switch` readings count from load and the first
+/// snapshot is the attribution's baseline; task iterator readings count from the task's start
+/// and are reported relative to that snapshot.
 #[test]
-fn the_task_iterator_reads_every_process() {
-    let test = "the_task_iterator_reads_every_process";
+fn a_process_older_than_the_first_snapshot_is_credited_what_it_used_since() {
+    let test = "a_process_older_than_the_first_snapshot_is_credited_what_it_used_since";
     if skip_unless_root(test) {
         return;
     }
     let _serial = SERIAL.lock().unwrap_or_else(PoisonError::into_inner);
-    let mut src = source(Arc::new(NoWorkloads), Accounting::Iterator);
-    src.snapshot().unwrap();
-    let before = proc_pids();
-    let snap = src.snapshot().unwrap();
-    let after = proc_pids();
-    let read: std::collections::BTreeSet<u32> = snap
+    for accounting in ACCOUNTINGS {
+        older_process_with(accounting);
+    }
+}
+
+fn older_process_with(accounting: Accounting) {
+    let mut src = source(Arc::new(NoWorkloads), accounting);
+    let exe = std::env::current_exe().unwrap();
+    // Reaped with wait4 below (for its rusage), not through `Child`.
+    #[allow(clippy::zombie_processes)]
+    let child = child_command(&exe, "burn-sleep-burn:300:1500:400")
+        .spawn()
+        .unwrap();
+    let pid = child.id();
+    // The first snapshot while it sleeps, its CPU time then read from the scheduler.
+    std::thread::sleep(Duration::from_millis(800));
+    let first = src.snapshot().unwrap();
+    let before_ns: u64 = std::fs::read_dir(format!("/proc/{pid}/task"))
+        .unwrap()
+        .flatten()
+        .filter_map(|t| std::fs::read_to_string(t.path().join("schedstat")).ok())
+        .filter_map(|s| s.split_whitespace().next()?.parse::<u64>().ok())
+        .sum();
+    let (status, rusage_cpu) = wait_cpu(pid);
+    assert_eq!(status, 0, "child failed");
+    let deadline = Instant::now() + Duration::from_secs(3);
+    let exited = loop {
+        let s = src.snapshot().unwrap();
+        let exit = s.processes.iter().find(|p| p.key.pid == pid && p.exited);
+        if let Some(exit) = exit {
+            break exit.cpu_time;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{accounting:?}: no exit reported"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let at_first = first
         .processes
         .iter()
-        .filter(|p| !p.exited)
-        .map(|p| p.key.pid)
-        .collect();
-    let missing: Vec<u32> = before
-        .intersection(&after)
-        .filter(|p| !read.contains(p))
-        .copied()
-        .collect();
+        .find(|p| p.key.pid == pid)
+        .map_or(Duration::ZERO, |p| p.cpu_time);
+    let credited = exited.saturating_sub(at_first);
+    let truth = rusage_cpu.saturating_sub(Duration::from_nanos(before_ns));
     println!(
-        "{} processes in /proc throughout, {} read, missing {missing:?}",
-        before.intersection(&after).count(),
-        read.len()
+        "{accounting:?}: older process: first snapshot {at_first:?}, exit {exited:?}, credited \
+         {credited:?}; rusage {rusage_cpu:?} less {before_ns} ns before = {truth:?}"
     );
-    assert!(missing.is_empty(), "not read: {missing:?}");
-    let init = snap.processes.iter().find(|p| p.key.pid == 1);
+    assert!(truth >= Duration::from_millis(400));
+    if accounting == Accounting::Iterator {
+        // Relative to that snapshot it had used nothing yet: not reported there.
+        assert_eq!(at_first, Duration::ZERO);
+    }
+    // eBPF counts wall time between switches, which includes IRQ time the scheduler leaves
+    // out: a few percent above, never much below.
     assert!(
-        init.is_some_and(|p| p.cpu_time > Duration::ZERO),
-        "pid 1: {init:?}"
+        credited + Duration::from_millis(20) >= truth
+            && credited <= truth.mul_f64(1.05) + Duration::from_millis(20),
+        "{accounting:?}: credited {credited:?} vs {truth:?}"
     );
 }
 

@@ -715,9 +715,9 @@ fn with_the_task_iterator_a_process_older_than_its_first_snapshot_is_not_met_lat
     let mut host = Fake::default();
     rec.use_iterator();
     rec.iterator_snapshot(Duration::from_secs(10));
-    // The first snapshot reports what it read: every process's baseline.
+    // The first snapshot reads every process's baseline and reports none.
     let step = rec.step(&mut host, &mut live(&[(7, totals(SEC, 100))]));
-    assert_eq!(reports(&step, key(7, SEC)).len(), 1);
+    assert!(step.processes.is_empty());
     rec.iterator_snapshot(Duration::from_secs(15));
     rec.queue_exits(
         &host,
@@ -727,7 +727,7 @@ fn with_the_task_iterator_a_process_older_than_its_first_snapshot_is_not_met_lat
             record(8, 2 * SEC, 5 * SEC, "old"),
             // Started after it: all of its time is new.
             record(9, 12 * SEC, 300, "young"),
-            // Known since the first snapshot.
+            // In the first snapshot: what it used since.
             record(7, SEC, 150, "seven"),
         ],
     );
@@ -737,7 +737,7 @@ fn with_the_task_iterator_a_process_older_than_its_first_snapshot_is_not_met_lat
         reports(&step, key(9, 12 * SEC)),
         [(300, true, "young".into())]
     );
-    assert_eq!(reports(&step, key(7, SEC)).len(), 1);
+    assert_eq!(reports(&step, key(7, SEC)), [(50, true, "seven".into())]);
     // Nor a live one met only now (the map was full at the first snapshot).
     let step = rec.step(&mut host, &mut live(&[(10, totals(3 * SEC, 400))]));
     assert!(reports(&step, key(10, 3 * SEC)).is_empty());
@@ -747,4 +747,79 @@ fn with_the_task_iterator_a_process_older_than_its_first_snapshot_is_not_met_lat
     rec.queue_exits(&host, [record(8, 2 * SEC, 5 * SEC, "old")]);
     let step = rec.step(&mut host, &mut Observed::default());
     assert_eq!(reports(&step, key(8, 2 * SEC)).len(), 1);
+}
+
+/// With the task iterator a reading counts from the first snapshot, as one of `sched_switch`
+/// counts from load: a process is reported once it has run since, and not before.
+#[test]
+fn with_the_task_iterator_readings_count_from_the_first_snapshot() {
+    let mut rec = reconciler();
+    let mut host = Fake::default();
+    rec.use_iterator();
+    rec.iterator_snapshot(Duration::from_secs(10));
+    let at = |a: u64, b: u64| live(&[(7, totals(SEC, a)), (8, totals(2 * SEC, b))]);
+    assert!(rec.step(&mut host, &mut at(100, 200)).processes.is_empty());
+    // 8 ran, 7 did not.
+    let step = rec.step(&mut host, &mut at(100, 250));
+    assert!(reports(&step, key(7, SEC)).is_empty());
+    assert_eq!(reports(&step, key(8, 2 * SEC)), [(50, false, "p8".into())]);
+    assert_eq!(
+        host.descriptions(key(7, SEC)),
+        0,
+        "a quiet process is not described"
+    );
+    // 7 runs; 8 stays reported, though it did not run again.
+    let step = rec.step(&mut host, &mut at(130, 250));
+    assert_eq!(reports(&step, key(7, SEC)), [(30, false, "p7".into())]);
+    assert_eq!(reports(&step, key(8, 2 * SEC)), [(50, false, "p8".into())]);
+    // A pass that missed a thread of 7 reads less than its baseline: 7 stays at 30.
+    let step = rec.step(&mut host, &mut at(90, 250));
+    assert_eq!(reports(&step, key(7, SEC)), [(30, false, "p7".into())]);
+    // A quiet process that ends is not reported; 8's end is, with what it used since.
+    rec.queue_exits(
+        &host,
+        [
+            record(7, SEC, 130, "seven"),
+            record(8, 2 * SEC, 260, "eight"),
+        ],
+    );
+    let step = rec.step(&mut host, &mut Observed::default());
+    assert_eq!(reports(&step, key(7, SEC)), [(30, true, "p7".into())]);
+    assert_eq!(reports(&step, key(8, 2 * SEC)), [(60, true, "p8".into())]);
+    let mut rec = reconciler();
+    rec.use_iterator();
+    rec.step(&mut host, &mut live(&[(9, totals(SEC, 500))]));
+    rec.queue_exits(&host, [record(9, SEC, 500, "nine")]);
+    let step = rec.step(&mut host, &mut Observed::default());
+    assert!(
+        reports(&step, key(9, SEC)).is_empty(),
+        "quiet until its end"
+    );
+}
+
+/// A group handed over in pieces has its baseline taken off their sum, once, whichever comes
+/// first (a straggler's piece can be smaller than the baseline).
+#[test]
+fn with_the_task_iterator_an_exit_in_pieces_loses_its_baseline_once() {
+    let mut host = Fake::default();
+    for same_step in [false, true] {
+        let mut rec = reconciler();
+        rec.use_iterator();
+        rec.step(&mut host, &mut live(&[(9, totals(SEC, 1_000))]));
+        rec.queue_exits(&host, [record(9, SEC, 300, "nine")]);
+        if !same_step {
+            let step = rec.step(&mut host, &mut Observed::default());
+            assert!(
+                reports(&step, key(9, SEC)).is_empty(),
+                "300 of a 1,000 baseline"
+            );
+        }
+        rec.queue_exits(&host, [record(9, SEC, 900, "nine")]);
+        let step = rec.step(&mut host, &mut Observed::default());
+        assert_eq!(reports(&step, key(9, SEC)), [(200, true, "nine".into())]);
+        // A later piece adds all of itself.
+        rec.queue_exits(&host, [record(9, SEC, 40, "nine")]);
+        let step = rec.step(&mut host, &mut Observed::default());
+        assert_eq!(reports(&step, key(9, SEC)), [(240, true, "nine".into())]);
+    }
 }

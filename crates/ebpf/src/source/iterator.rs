@@ -14,7 +14,7 @@ impl EbpfSource {
     /// Turns to iterator accounting, before the first snapshot: `kepler_exit`, which acts
     /// only on a thread's final switch, takes `kepler_switch`'s place on `sched_switch`, and
     /// each snapshot runs the task iterator. Returns why not when it stays with `sched_switch`
-    /// accounting (see [`Self::iterator_blocked`]).
+    /// accounting (see `iterator_blocked`).
     pub fn use_task_iterator(&mut self) -> Result<(), String> {
         if self.accounting == Accounting::Iterator {
             return Ok(());
@@ -99,7 +99,7 @@ impl EbpfSource {
 
     /// Why the task iterator cannot be used: none on this kernel, an optional probe still
     /// counting per switch, or a snapshot taken already (the attribution must know from its
-    /// first snapshot on that the readings run from each task's start).
+    /// first snapshot on how the readings count).
     fn iterator_blocked(&self) -> Result<(), String> {
         if self.snapshot_taken {
             return Err("snapshots were taken with sched_switch accounting already".into());
