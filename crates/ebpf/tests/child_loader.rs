@@ -328,7 +328,13 @@ fn a_handed_over_probe_nothing_reads_is_detached() {
         kind.ends_with("bpf-prog") && fdinfo_field(text, "prog_id") == Some(softirq[0].as_str())
     });
     assert!(!program_held, "softirq program descriptor still held");
-    assert_eq!(programs_linked_to("sched_switch"), switch);
+    // With nothing per switch left to count the source may have turned to the task iterator,
+    // whose program of its own then holds sched_switch in kepler_switch's place.
+    let now = programs_linked_to("sched_switch");
+    assert_eq!(now.len(), 1, "one sched_switch link held: {now:?}");
+    if src.accounting() == Accounting::Switch {
+        assert_eq!(now, switch);
+    }
 
     // Counting goes on, without the detached counters.
     src.snapshot().unwrap();
