@@ -810,15 +810,6 @@ mod tests {
         assert!(entry(&mut src).cpu_ns >= before.cpu_ns + used + 20_000_000);
     }
 
-    /// The pids in /proc now.
-    fn proc_pids() -> std::collections::BTreeSet<u32> {
-        std::fs::read_dir("/proc")
-            .unwrap()
-            .flatten()
-            .filter_map(|e| e.file_name().to_str()?.parse().ok())
-            .collect()
-    }
-
     /// With the task iterator every process is read at every snapshot (reported once it runs),
     /// pid 1 included, which this VM's kernel leaves out of every iterator pass: the source
     /// reads it from /proc instead.
@@ -831,9 +822,10 @@ mod tests {
         let mut src = bare_source();
         src.use_task_iterator().unwrap();
         src.snapshot().unwrap();
-        let before = proc_pids();
+        let proc = std::path::Path::new("/proc");
+        let before = unseen::pids(proc);
         src.snapshot().unwrap();
-        let after = proc_pids();
+        let after = unseen::pids(proc);
         let missing: Vec<u32> = before
             .intersection(&after)
             .filter(|p| !src.observed.live.contains_key(p))

@@ -120,25 +120,10 @@ fn burning_child_with(accounting: Accounting) {
     std::thread::sleep(Duration::from_millis(700));
     let live = src.snapshot().unwrap();
     // Summed over threads: the harness burns in a test thread, not the main one.
-    let runtime_ns: u64 = std::fs::read_dir(format!("/proc/{pid}/task"))
-        .unwrap()
-        .flatten()
-        .filter_map(|t| std::fs::read_to_string(t.path().join("schedstat")).ok())
-        .filter_map(|s| s.split_whitespace().next()?.parse::<u64>().ok())
-        .sum();
+    let runtime = scheduler_runtime(pid);
     let (status, rusage_cpu) = wait_cpu(pid);
     assert_eq!(status, 0, "child failed");
-    // The exit comes at the child's final switch, which can follow the wake-up of its parent;
-    // until then the process reads as it was.
-    let deadline = Instant::now() + Duration::from_secs(3);
-    let s1 = loop {
-        let s = src.snapshot().unwrap();
-        let reported = s.processes.iter().any(|p| p.key.pid == pid && p.exited);
-        if reported || Instant::now() > deadline {
-            break s;
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    };
+    let s1 = snapshots_until_exit(&mut src, pid).pop().unwrap();
     let s2 = src.snapshot().unwrap();
 
     let live_entry = live.processes.iter().find(|p| p.key.pid == pid);
@@ -152,7 +137,6 @@ fn burning_child_with(accounting: Accounting) {
         "key must match /proc/<pid>/stat"
     );
     assert!(s0.processes.iter().all(|p| p.key != live_entry.key));
-    let runtime = Duration::from_nanos(runtime_ns);
     println!(
         "{accounting:?}: burn mid-run: eBPF {:?}, schedstat just after {runtime:?}",
         live_entry.cpu_time
@@ -187,6 +171,23 @@ fn burning_child_with(accounting: Accounting) {
     assert!(switches.is_some_and(|n| n > 0), "context switches counted");
 }
 
+/// Snapshots until one reports `pid` exited, for up to 3 s, and returns them (the last one
+/// reports the exit unless time ran out). The exit comes at the process's final switch, which
+/// can follow the wake-up of its parent; until then the process reads as it was.
+fn snapshots_until_exit(src: &mut EbpfSource, pid: u32) -> Vec<UsageSnapshot> {
+    let deadline = Instant::now() + Duration::from_secs(3);
+    let mut snaps = Vec::new();
+    loop {
+        let s = src.snapshot().unwrap();
+        let reported = s.processes.iter().any(|p| p.key.pid == pid && p.exited);
+        snaps.push(s);
+        if reported || Instant::now() > deadline {
+            return snaps;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
 /// What a process older than the source's first snapshot is credited is what it used after
 /// that snapshot, in both accountings: `sched_switch` readings count from load and the first
 /// snapshot is the attribution's baseline; task iterator readings count from the task's start
@@ -215,37 +216,24 @@ fn older_process_with(accounting: Accounting) {
     // The first snapshot while it sleeps, its CPU time then read from the scheduler.
     std::thread::sleep(Duration::from_millis(800));
     let first = src.snapshot().unwrap();
-    let before_ns: u64 = std::fs::read_dir(format!("/proc/{pid}/task"))
-        .unwrap()
-        .flatten()
-        .filter_map(|t| std::fs::read_to_string(t.path().join("schedstat")).ok())
-        .filter_map(|s| s.split_whitespace().next()?.parse::<u64>().ok())
-        .sum();
+    let before = scheduler_runtime(pid);
     let (status, rusage_cpu) = wait_cpu(pid);
     assert_eq!(status, 0, "child failed");
-    let deadline = Instant::now() + Duration::from_secs(3);
-    let exited = loop {
-        let s = src.snapshot().unwrap();
-        let exit = s.processes.iter().find(|p| p.key.pid == pid && p.exited);
-        if let Some(exit) = exit {
-            break exit.cpu_time;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "{accounting:?}: no exit reported"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    };
+    let last = snapshots_until_exit(&mut src, pid).pop().unwrap();
+    let exit = last.processes.iter().find(|p| p.key.pid == pid && p.exited);
+    let exited = exit
+        .unwrap_or_else(|| panic!("{accounting:?}: no exit reported"))
+        .cpu_time;
     let at_first = first
         .processes
         .iter()
         .find(|p| p.key.pid == pid)
         .map_or(Duration::ZERO, |p| p.cpu_time);
     let credited = exited.saturating_sub(at_first);
-    let truth = rusage_cpu.saturating_sub(Duration::from_nanos(before_ns));
+    let truth = rusage_cpu.saturating_sub(before);
     println!(
         "{accounting:?}: older process: first snapshot {at_first:?}, exit {exited:?}, credited \
-         {credited:?}; rusage {rusage_cpu:?} less {before_ns} ns before = {truth:?}"
+         {credited:?}; rusage {rusage_cpu:?} less {before:?} before = {truth:?}"
     );
     assert!(truth >= Duration::from_millis(400));
     if accounting == Accounting::Iterator {
@@ -285,18 +273,7 @@ fn every_thread_of_an_ended_process_is_credited() {
             snaps.push(src.snapshot().unwrap());
         }
         let (_, rusage_cpu) = wait_cpu(pid);
-        let deadline = Instant::now() + Duration::from_secs(3);
-        while !snaps
-            .last()
-            .unwrap()
-            .processes
-            .iter()
-            .any(|p| p.key.pid == pid && p.exited)
-            && Instant::now() < deadline
-        {
-            std::thread::sleep(Duration::from_millis(20));
-            snaps.push(src.snapshot().unwrap());
-        }
+        snaps.extend(snapshots_until_exit(&mut src, pid));
         snaps.push(src.snapshot().unwrap());
         let reports: Vec<_> = snaps
             .iter()

@@ -10,6 +10,9 @@ use crate::probes::OptionalProbe;
 use crate::reconcile::Keys;
 use crate::{proc, unseen, HostLoad};
 
+/// Why the source stays with `sched_switch` when it weighed the host.
+const SWITCH_CHEAPER: &str = "sched_switch (a task iterator pass per snapshot would cost more)";
+
 impl EbpfSource {
     /// Turns to iterator accounting, before the first snapshot: `kepler_exit`, which acts
     /// only on a thread's final switch, takes `kepler_switch`'s place on `sched_switch`, and
@@ -38,7 +41,7 @@ impl EbpfSource {
             return;
         };
         if !load.prefers_iterator(self.interval) {
-            Self::log_switch_cheaper(&load, self.interval);
+            self.log_choice(&load, SWITCH_CHEAPER);
             return;
         }
         // Which processes a pass misses (read from /proc instead, at a price) is known only
@@ -51,18 +54,14 @@ impl EbpfSource {
         };
         if !load.prefers_iterator(self.interval) {
             self.clear_entries();
-            Self::log_switch_cheaper(&load, self.interval);
+            self.log_choice(&load, SWITCH_CHEAPER);
             return;
         }
         match self.turn_to_iterator(unseen) {
-            Ok(()) => tracing::info!(
-                threads = load.threads,
-                quiet_processes = load.quiet_processes,
-                unseen_threads = load.unseen_threads,
-                switches_per_s = load.switches_per_s.round(),
-                interval = ?self.interval,
-                "eBPF accounting: task iterator once per snapshot, only final switches on \
-                 sched_switch (charging every switch would cost more)"
+            Ok(()) => self.log_choice(
+                &load,
+                "task iterator once per snapshot, only final switches on sched_switch \
+                 (charging every switch would cost more)",
             ),
             Err(why) => {
                 self.clear_entries();
@@ -71,14 +70,15 @@ impl EbpfSource {
         }
     }
 
-    fn log_switch_cheaper(load: &HostLoad, interval: Duration) {
+    /// Logs the accounting chosen and the figures it was chosen on.
+    fn log_choice(&self, load: &HostLoad, chosen: &str) {
         tracing::info!(
             threads = load.threads,
             quiet_processes = load.quiet_processes,
             unseen_threads = load.unseen_threads,
             switches_per_s = load.switches_per_s.round(),
-            ?interval,
-            "eBPF accounting: sched_switch (a task iterator pass per snapshot would cost more)"
+            interval = ?self.interval,
+            "eBPF accounting: {chosen}"
         );
     }
 
@@ -194,7 +194,7 @@ impl EbpfSource {
     }
 
     /// Puts the processes the iterator does not visit into `observed.live`, from /proc: their
-    /// live threads' runtime, plus their ended threads' part that `sched_switch` keeps in their
+    /// live threads' runtime, plus their ended threads' part that `kepler_exit` keeps in their
     /// entry (if one of them ended already).
     pub(super) fn read_unseen(&mut self) {
         for process in &mut self.unseen {

@@ -132,6 +132,17 @@ pub fn wait_cpu(pid: u32) -> (i32, Duration) {
     (status, tv(ru.ru_utime) + tv(ru.ru_stime))
 }
 
+/// The CPU time the scheduler counted for `pid`'s live threads (their `schedstat`).
+pub fn scheduler_runtime(pid: u32) -> Duration {
+    let ns: u64 = std::fs::read_dir(format!("/proc/{pid}/task"))
+        .unwrap()
+        .flatten()
+        .filter_map(|t| std::fs::read_to_string(t.path().join("schedstat")).ok())
+        .filter_map(|s| s.split_whitespace().next()?.parse::<u64>().ok())
+        .sum();
+    Duration::from_nanos(ns)
+}
+
 fn mounts() -> String {
     std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default()
 }
