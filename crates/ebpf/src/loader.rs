@@ -113,7 +113,7 @@ impl Attached {
         self.iterator.as_ref().map(|parts| parts.link.as_fd())
     }
 
-    /// The final-switch program, while it is not attached.
+    /// The final-switch program (`kepler_exit`), attached or not.
     pub(crate) fn exit_prog(&self) -> Option<std::os::fd::BorrowedFd<'_>> {
         self.iterator.as_ref().map(|parts| parts.exit_prog.as_fd())
     }
