@@ -8,10 +8,10 @@
 #   kepler_exit  the program that replaces it with task iterator accounting (final switches only).
 # Each is loaded alone, in turn, ROUNDS times per scenario (so that a noisy neighbour hits all
 # five alike), and its ns per call read from the kernel's BPF statistics. Scenarios: idle, 1,000
-# processes waking once a second, 1,000 spawns per second (bench/overhead/load.py), a switch
-# storm (stress-ng --switch 2). Needs root, clang, gcc, libbpf-dev, bpftool, jq, stress-ng.
+# processes waking once a second, 100 and 1,000 spawns per second (bench/overhead/load.py), a
+# switch storm (stress-ng --switch 2). Needs root, clang, gcc, libbpf-dev, bpftool, jq, stress-ng.
 #   bench/ebpf_floor.sh [SECONDS PER MEASUREMENT] [ROUNDS]   (default 5 and 5)
-# SCENARIOS="idle wake1k churn1k storm" (the default) picks some.
+# SCENARIOS="idle wake1k churn1k storm" (the default; churn100 too) picks some.
 set -euo pipefail
 secs=${1:-5}
 rounds=${2:-5}
@@ -107,6 +107,7 @@ start_load() { # scenario
   case $1 in
   idle) return 0 ;;
   wake1k) setsid python3 bench/overhead/load.py wakers 1000 >"$tmp/bg.log" 2>&1 & ;;
+  churn100) setsid python3 bench/overhead/load.py churn 100 >"$tmp/bg.log" 2>&1 & ;;
   churn1k) setsid python3 bench/overhead/load.py churn 1000 >"$tmp/bg.log" 2>&1 & ;;
   storm) setsid stress-ng --switch 2 -t 1h -q >"$tmp/bg.log" 2>&1 & ;;
   esac
@@ -126,6 +127,7 @@ for scenario in ${SCENARIOS:-idle wake1k churn1k storm}; do
   case $scenario in
   idle) label="idle" ;;
   wake1k) label="1,000 processes waking each second" ;;
+  churn100) label="churn, 100 spawns/s" ;;
   churn1k) label="churn, 1,000 spawns/s" ;;
   storm) label="switch storm (stress-ng --switch 2)" ;;
   esac
