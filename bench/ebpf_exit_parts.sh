@@ -87,24 +87,6 @@ cp "$tmp/committed.o" "$object"
 cargo build -q --release -p kepler-ebpf --example ebpf_hold
 sysctl -q kernel.bpf_stats_enabled=1
 
-churn() { # RATE SECS: prints the rate reached
-  perl -MTime::HiRes=time,sleep -MPOSIX=:sys_wait_h -e '
-    my ($rate, $secs) = @ARGV;
-    my ($t0, $n) = (time, 0);
-    while ((my $el = time - $t0) < $secs) {
-      my $due = $n / $rate;
-      if ($el < $due) { sleep($due - $el); next }
-      my $pid = fork();
-      die "fork: $!" unless defined $pid;
-      if ($pid == 0) { exec "/bin/true"; POSIX::_exit(127) }
-      $n++;
-      1 while waitpid(-1, WNOHANG) > 0;
-    }
-    1 while waitpid(-1, 0) > 0;
-    printf "%d\n", $n / (time - $t0);
-  ' "$1" "$2"
-}
-
 # "run_time_ns run_cnt" of the kepler_exit program PID holds.
 sample() {
   bpftool prog show -j | jq -r --argjson ids "$(bpf_prog_ids "$1")" '.[]

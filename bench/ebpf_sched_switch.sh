@@ -65,26 +65,6 @@ rows() {
     done
 }
 
-# Forks and execs /bin/true RATE times a second for SECS seconds, reaping as it goes; prints
-# the rate it reached (a busy machine may not keep up).
-churn() {
-    perl -MTime::HiRes=time,sleep -MPOSIX=:sys_wait_h -e '
-        my ($rate, $secs) = @ARGV;
-        my ($t0, $n) = (time, 0);
-        while ((my $el = time - $t0) < $secs) {
-            my $due = $n / $rate;
-            if ($el < $due) { sleep($due - $el); next }
-            my $pid = fork();
-            die "fork: $!" unless defined $pid;
-            if ($pid == 0) { exec "/bin/true"; POSIX::_exit(127) }
-            $n++;
-            1 while waitpid(-1, WNOHANG) > 0;
-        }
-        1 while waitpid(-1, 0) > 0;
-        printf "%d\n", $n / (time - $t0);
-    ' "$1" "$2"
-}
-
 printf '| %-32s | %-15s | %12s | %10s | %7s |\n' scenario program calls calls/s ns/call
 printf '|%s|%s|%s|%s|%s|\n' ---------------------------------- ----------------- -------------- ------------ ---------
 

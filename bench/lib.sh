@@ -35,3 +35,23 @@ bpf_prog_ids() {
   grep -h '^prog_id:' /proc/"$1"/fdinfo/* 2>/dev/null | awk '{print $2}' | sort -u |
     jq -Rs '[splits("\n") | select(length > 0) | tonumber]'
 }
+
+# Forks and execs /bin/true RATE times a second for SECS seconds (perl), reaping as it goes;
+# prints the rate it reached (a busy machine may not keep up).
+churn() { # RATE SECS
+    perl -MTime::HiRes=time,sleep -MPOSIX=:sys_wait_h -e '
+        my ($rate, $secs) = @ARGV;
+        my ($t0, $n) = (time, 0);
+        while ((my $el = time - $t0) < $secs) {
+            my $due = $n / $rate;
+            if ($el < $due) { sleep($due - $el); next }
+            my $pid = fork();
+            die "fork: $!" unless defined $pid;
+            if ($pid == 0) { exec "/bin/true"; POSIX::_exit(127) }
+            $n++;
+            1 while waitpid(-1, WNOHANG) > 0;
+        }
+        1 while waitpid(-1, 0) > 0;
+        printf "%d\n", $n / (time - $t0);
+    ' "$1" "$2"
+}

@@ -750,24 +750,10 @@ mod tests {
         assert!(snap.processes.iter().all(|p| p.key.pid <= u32::MAX - N));
     }
 
-    /// This thread's CPU time, as the scheduler counts it.
-    fn thread_cpu() -> Duration {
-        let mut ts = libc::timespec {
-            tv_sec: 0,
-            tv_nsec: 0,
-        };
-        // SAFETY: `ts` is a valid timespec for the call to fill.
-        let rc = unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
-        assert_eq!(rc, 0);
-        Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
-    }
-
+    /// Burns `d` of this thread's CPU time; returns all it used so far.
     fn burn(d: Duration) -> Duration {
-        let start = thread_cpu();
-        while thread_cpu() - start < d {
-            std::hint::spin_loop();
-        }
-        thread_cpu()
+        kepler_testkit::cpu::burn_cpu(d);
+        kepler_testkit::cpu::thread_cpu()
     }
 
     #[test]

@@ -6,8 +6,8 @@
 use std::io::{self, Read};
 use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
 
-/// `BPF_LINK_CREATE` and `BPF_ITER_CREATE` in `enum bpf_cmd`, `BPF_TRACE_ITER` in
-/// `enum bpf_attach_type` (uapi/linux/bpf.h).
+/// `BPF_RAW_TRACEPOINT_OPEN`, `BPF_LINK_CREATE` and `BPF_ITER_CREATE` in `enum bpf_cmd`,
+/// `BPF_TRACE_ITER` in `enum bpf_attach_type` (uapi/linux/bpf.h).
 const BPF_RAW_TRACEPOINT_OPEN: libc::c_long = 17;
 const BPF_LINK_CREATE: libc::c_long = 28;
 const BPF_ITER_CREATE: libc::c_long = 33;

@@ -52,26 +52,7 @@ pub fn child_command(exe: &Path, mode: &str) -> Command {
     cmd
 }
 
-fn thread_cpu() -> Duration {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: valid out-pointer.
-    unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
-    Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
-}
-
-/// Spins until this thread has used `d` more CPU time. Async-signal-safe (used after fork).
-pub fn burn_cpu(d: Duration) {
-    let end = thread_cpu() + d;
-    let mut x: u64 = 1;
-    while thread_cpu() < end {
-        for _ in 0..1000 {
-            x = std::hint::black_box(x.wrapping_mul(6364136223846793005).wrapping_add(1));
-        }
-    }
-}
+pub use kepler_testkit::cpu::burn_cpu;
 
 /// For `d` of wall time, `threads` threads each alternate a short burn with a short sleep, so
 /// that they leave and re-enter their CPUs thousands of times a second.
