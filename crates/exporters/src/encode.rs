@@ -4,9 +4,7 @@
 use std::borrow::Cow;
 use std::time::Duration;
 
-use kepler_core::{
-    IdlePolicyState, MicroJoules, NodeZone, PowerDomain, PowerSnapshot, Watts, ZoneValue,
-};
+use kepler_core::{IdlePolicyState, MicroJoules, NodeZone, PowerDomain, PowerSnapshot, Watts};
 
 use crate::context::ExportContext;
 use crate::level::Level;
@@ -286,6 +284,118 @@ impl<const N: usize> FamilyWriter<'_, '_, N> {
     }
 }
 
+impl<const N: usize> FamilyWriter<'_, '_, N> {
+    /// One sample whose label pairs come rendered by [`RenderedPairs`]: `pairs` concatenated
+    /// are this family's labels, all of them and in the descriptor's order (checked in debug
+    /// builds). For labels that recur in several samples, escaped and copied once.
+    pub(crate) fn sample_rendered(&mut self, pairs: &[&[u8]], value: impl SampleValue) {
+        #[cfg(debug_assertions)]
+        {
+            let joined = pairs.concat();
+            debug_assert_eq!(
+                RenderedPairs::names(&joined),
+                self.desc.labels,
+                "rendered pairs out of step with {}",
+                self.desc.name
+            );
+        }
+        if !self.started {
+            self.header();
+            self.started = true;
+        }
+        let desc = self.desc;
+        let out = &mut *self.w.out;
+        out.extend_from_slice(desc.name.as_bytes());
+        if N > 0 || desc.node_name {
+            out.push(b'{');
+            let mut first = true;
+            for part in pairs {
+                // Every pair starts with its comma; the block's first one goes.
+                let part = match (first, part.split_first()) {
+                    (true, Some((b',', rest))) => rest,
+                    _ => part,
+                };
+                first &= part.is_empty();
+                out.extend_from_slice(part);
+            }
+            if desc.node_name {
+                if N > 0 {
+                    out.push(b',');
+                }
+                out.extend_from_slice(b"node_name=\"");
+                out.extend_from_slice(&self.w.node_name);
+                out.push(b'"');
+            }
+            out.push(b'}');
+        }
+        out.push(b' ');
+        value.write_to(out);
+        out.push(b'\n');
+    }
+}
+
+/// Label pairs rendered once and copied into several samples, each pair as `,name="value"`
+/// with the value escaped; callers keep the offsets of what they rendered.
+#[derive(Default)]
+pub(crate) struct RenderedPairs {
+    buf: Vec<u8>,
+}
+
+impl RenderedPairs {
+    pub(crate) fn with_capacity(bytes: usize) -> Self {
+        RenderedPairs {
+            buf: Vec::with_capacity(bytes),
+        }
+    }
+
+    pub(crate) fn push(&mut self, name: &str, value: &str) {
+        self.buf.push(b',');
+        self.buf.extend_from_slice(name.as_bytes());
+        self.buf.extend_from_slice(b"=\"");
+        write_escaped_label(&mut self.buf, value);
+        self.buf.push(b'"');
+    }
+
+    /// Where the next pair will start.
+    pub(crate) fn len(&self) -> usize {
+        self.buf.len()
+    }
+
+    /// Drops the pairs rendered from `len` on.
+    pub(crate) fn truncate(&mut self, len: usize) {
+        self.buf.truncate(len);
+    }
+
+    /// The bytes rendered in `range` (empty when out of bounds).
+    pub(crate) fn get(&self, range: std::ops::Range<usize>) -> &[u8] {
+        self.buf.get(range).unwrap_or_default()
+    }
+
+    /// The label names of rendered pairs, for the debug check of [`FamilyWriter::sample_rendered`].
+    #[cfg(debug_assertions)]
+    fn names(mut pairs: &[u8]) -> Vec<&str> {
+        let mut names = Vec::new();
+        while let Some(rest) = pairs.strip_prefix(b",") {
+            let Some(eq) = rest.iter().position(|&b| b == b'=') else {
+                break;
+            };
+            let (name, value) = rest.split_at(eq);
+            names.push(std::str::from_utf8(name).unwrap_or("?"));
+            // The value: from past `="` up to the first quote that no backslash escapes.
+            let value = value.get(2..).unwrap_or_default();
+            let mut i = 0;
+            while let Some(&b) = value.get(i) {
+                if b == b'"' {
+                    break;
+                }
+                i += if b == b'\\' { 2 } else { 1 };
+            }
+            pairs = value.get(i + 1..).unwrap_or_default();
+        }
+        names
+    }
+}
+
 /// Encodes one scrape's worth of metrics, appending to `out` (callers reuse a cleared buffer).
 ///
 /// Without a snapshot (before the first tick) only build info, CPU info and the agent's own
@@ -387,18 +497,7 @@ fn encode_rest(w: &mut MetricWriter<'_>, snapshot: Option<&PowerSnapshot>, ctx: 
         if levels.contains(Level::Node) {
             encode_node(w, s);
         }
-        if levels.contains(Level::Process) {
-            encode_processes(w, s);
-        }
-        if levels.contains(Level::Container) {
-            encode_containers(w, s);
-        }
-        if levels.contains(Level::Pod) {
-            encode_pods(w, s);
-        }
-        if levels.contains(Level::Vm) {
-            encode_vms(w, s);
-        }
+        crate::encode_workloads::encode_workloads(w, s, levels);
         crate::encode_gpu::encode_gpu(w, s, levels);
     }
 }
@@ -615,168 +714,12 @@ fn idle_policy_labels(s: &PowerSnapshot) -> (&'static str, &'static str) {
 
 /// Zones exported in the cpu families: the CPU domain's, and the platform's (upstream exports
 /// ACPI platform power under zone `platform` there too). GPU zones have families of their own.
-fn in_cpu_families(z: &NodeZone) -> bool {
+pub(crate) fn in_cpu_families(z: &NodeZone) -> bool {
     z.meta.domain != PowerDomain::Gpu
 }
 
 fn cpu_zones(s: &PowerSnapshot) -> impl Iterator<Item = &NodeZone> {
     s.zones.iter().filter(|z| in_cpu_families(z))
-}
-
-/// Zone names of the snapshot's cpu-family zones zipped with a workload's values (parallel
-/// vectors; a shorter one simply ends the pairs, it never panics).
-fn zones<'s>(
-    s: &'s PowerSnapshot,
-    values: &'s [ZoneValue],
-) -> impl Iterator<Item = (&'s str, &'s ZoneValue)> {
-    s.zones
-        .iter()
-        .zip(values)
-        .filter(|(z, _)| in_cpu_families(z))
-        .map(|(z, v)| (&*z.zone, v))
-}
-
-fn encode_processes(w: &mut MetricWriter<'_>, s: &PowerSnapshot) {
-    // Both families take the same labels; a macro keeps the label order in one place while
-    // letting each family pick its value.
-    macro_rules! process_family {
-        ($desc:expr, $value:ident) => {{
-            let mut f = w.family($desc);
-            let mut pid = itoa::Buffer::new();
-            for p in &s.processes {
-                let pid = pid.format(p.key.pid);
-                let info = &p.info;
-                let container_id = info.workload.container.as_ref().map_or("", |c| &c.id);
-                let vm_id = info.workload.vm.as_ref().map_or("", |v| &v.id);
-                let ty = info.workload.process_type.as_str();
-                let state = p.state.as_str();
-                for (zone, v) in zones(s, &p.zones) {
-                    f.sample(
-                        [
-                            pid,
-                            &info.comm,
-                            &info.exe,
-                            ty,
-                            state,
-                            container_id,
-                            vm_id,
-                            zone,
-                        ],
-                        v.$value,
-                    );
-                }
-            }
-        }};
-    }
-    process_family!(&r::PROCESS_CPU_JOULES, energy);
-    process_family!(&r::PROCESS_CPU_WATTS, watts);
-
-    let mut f = w.family(&r::PROCESS_CPU_SECONDS);
-    let mut pid = itoa::Buffer::new();
-    for p in &s.processes {
-        let info = &p.info;
-        f.sample(
-            [
-                pid.format(p.key.pid),
-                &info.comm,
-                &info.exe,
-                info.workload.process_type.as_str(),
-                info.workload.container.as_ref().map_or("", |c| &c.id),
-                info.workload.vm.as_ref().map_or("", |v| &v.id),
-            ],
-            p.cpu_time,
-        );
-    }
-}
-
-fn encode_containers(w: &mut MetricWriter<'_>, s: &PowerSnapshot) {
-    macro_rules! container_family {
-        ($desc:expr, $value:ident) => {{
-            let mut f = w.family($desc);
-            for c in &s.containers {
-                let r = &c.container;
-                let pod_id = r.pod.as_ref().map_or("", |p| &p.id);
-                for (zone, v) in zones(s, &c.zones) {
-                    f.sample(
-                        [
-                            &r.id,
-                            &r.name,
-                            r.runtime.as_str(),
-                            c.state.as_str(),
-                            zone,
-                            pod_id,
-                        ],
-                        v.$value,
-                    );
-                }
-            }
-        }};
-    }
-    container_family!(&r::CONTAINER_CPU_JOULES, energy);
-    container_family!(&r::CONTAINER_CPU_WATTS, watts);
-
-    let mut f = w.family(&r::CONTAINER_CPU_SECONDS);
-    for c in &s.containers {
-        let r = &c.container;
-        f.sample(
-            [
-                &r.id,
-                &r.name,
-                r.runtime.as_str(),
-                c.state.as_str(),
-                r.pod.as_ref().map_or("", |p| &p.id),
-            ],
-            c.cpu_time,
-        );
-    }
-}
-
-fn encode_pods(w: &mut MetricWriter<'_>, s: &PowerSnapshot) {
-    macro_rules! pod_family {
-        ($desc:expr, $value:ident) => {{
-            let mut f = w.family($desc);
-            for p in &s.pods {
-                for (zone, v) in zones(s, &p.zones) {
-                    f.sample(
-                        [
-                            &p.pod.id,
-                            &p.pod.name,
-                            &p.pod.namespace,
-                            p.state.as_str(),
-                            zone,
-                        ],
-                        v.$value,
-                    );
-                }
-            }
-        }};
-    }
-    pod_family!(&r::POD_CPU_JOULES, energy);
-    pod_family!(&r::POD_CPU_WATTS, watts);
-}
-
-fn encode_vms(w: &mut MetricWriter<'_>, s: &PowerSnapshot) {
-    macro_rules! vm_family {
-        ($desc:expr, $value:ident) => {{
-            let mut f = w.family($desc);
-            for v in &s.vms {
-                for (zone, z) in zones(s, &v.zones) {
-                    f.sample(
-                        [
-                            &v.vm.id,
-                            &v.vm.name,
-                            &v.vm.hypervisor,
-                            v.state.as_str(),
-                            zone,
-                        ],
-                        z.$value,
-                    );
-                }
-            }
-        }};
-    }
-    vm_family!(&r::VM_CPU_JOULES, energy);
-    vm_family!(&r::VM_CPU_WATTS, watts);
 }
 
 #[cfg(test)]
@@ -817,6 +760,71 @@ mod tests {
         let mut out = Vec::new();
         write_escaped_help(&mut out, "x \"y\"", Format::OpenMetrics);
         assert_eq!(out, b"x \\\"y\\\"");
+    }
+
+    /// Both ways of writing a sample, for one family.
+    fn both_ways<const N: usize>(desc: &'static Desc<N>, labels: [&str; N]) -> [String; 2] {
+        let mut plain = Vec::new();
+        let mut w = MetricWriter::new(&mut plain, Format::Text004, "n\"1");
+        w.family(desc).sample(labels, 1.5f64);
+        let mut rendered = Vec::new();
+        let mut pairs = RenderedPairs::default();
+        // Split in two parts, as callers do, to exercise the first pair's comma.
+        let split = N / 2;
+        for (name, value) in desc.labels.iter().zip(labels).take(split) {
+            pairs.push(name, value);
+        }
+        let middle = pairs.len();
+        for (name, value) in desc.labels.iter().zip(labels).skip(split) {
+            pairs.push(name, value);
+        }
+        let mut w = MetricWriter::new(&mut rendered, Format::Text004, "n\"1");
+        w.family(desc).sample_rendered(
+            &[pairs.get(0..middle), pairs.get(middle..pairs.len())],
+            1.5f64,
+        );
+        [plain, rendered].map(|b| String::from_utf8(b).unwrap())
+    }
+
+    #[test]
+    fn rendered_pairs_write_what_plain_labels_write() {
+        let odd = [
+            "7",
+            "we\"ird\\",
+            "/opt/a\nb",
+            "regular",
+            "running",
+            "",
+            "v",
+            "package",
+        ];
+        let [plain, rendered] = both_ways(&r::PROCESS_CPU_WATTS, odd);
+        assert_eq!(plain, rendered);
+        assert!(
+            plain.contains(r#"comm="we\"ird\\",exe="/opt/a\nb""#),
+            "{plain}"
+        );
+        // A family without node_name, and one with no labels at all.
+        let build = ["x86_64", "main", "abc", "0.1.0", "1.95"];
+        let [plain, rendered] = both_ways(&r::BUILD_INFO, build);
+        assert_eq!(plain, rendered);
+        assert!(!plain.contains("node_name"), "{plain}");
+        let [plain, rendered] = both_ways(&r::NODE_CPU_USAGE_RATIO, []);
+        assert_eq!(plain, rendered);
+    }
+
+    #[test]
+    #[cfg(debug_assertions)]
+    #[should_panic(expected = "rendered pairs out of step")]
+    fn rendered_pairs_in_the_wrong_order_are_caught() {
+        let mut pairs = RenderedPairs::default();
+        pairs.push("zone", "package");
+        pairs.push("path", "/sys");
+        let mut out = Vec::new();
+        let mut w = MetricWriter::new(&mut out, Format::Text004, "n");
+        let (zone, path) = (pairs.get(0..15), pairs.get(15..pairs.len()));
+        w.family(&r::NODE_CPU_WATTS)
+            .sample_rendered(&[path, zone], 1.0f64);
     }
 
     #[test]

@@ -37,6 +37,7 @@
 pub mod context;
 pub mod encode;
 mod encode_gpu;
+mod encode_workloads;
 pub mod level;
 pub mod liveness;
 pub mod on_demand;
