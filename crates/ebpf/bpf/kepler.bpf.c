@@ -59,6 +59,28 @@ struct task_totals {
 	/* Iterator accounting: the final runtime and switches of the group's ended threads. */
 	__u64 dead_ns;
 	__u64 dead_switches;
+	__u32 slot; /* iterator accounting: the group's slot in `pass_out` during pass `pass` */
+	__u32 _pad;
+};
+
+/*
+ * Iterator accounting: what one pass read of a group, in the slot the pass gave it (slots are
+ * given in the order the pass meets groups, from 0). The array is mapped by user space, which
+ * reads a pass from it rather than the whole process map: no walk of every bucket, no copy.
+ */
+struct pass_slot {
+	__u32 tgid;
+	__u32 flags;
+	__u64 start_ns;
+	__u64 cgroup_id;
+	__u64 cpu_ns;
+	__u64 switches;
+};
+
+/* Which pass the slots of `pass_out` hold, and how many it gave. */
+struct pass_fill {
+	__u32 pass;
+	__u32 used;
 };
 
 struct exit_record {
@@ -95,6 +117,7 @@ enum kstat {
 	KSTAT_EXITS_LOST = 1, /* `exits` was full: an exited group's totals are lost */
 	KSTAT_TGID_REUSED = 2, /* a stale entry was found for a reused tgid and handed over */
 	KSTAT_EXITS_DEFERRED = 3, /* `exits` was full: the entry stays in `tasks`, marked exited */
+	KSTAT_PASS_OUT_FULL = 4, /* a pass met more groups than `pass_out` has slots */
 	KSTAT_COUNT, /* the number of slots: keep it last */
 };
 
@@ -116,6 +139,21 @@ struct {
 	__type(key, __u32);
 	__type(value, struct cpu_state);
 } cpu_state SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 16384); /* the loader sets the size of `tasks` */
+	__uint(map_flags, BPF_F_MMAPABLE);
+	__type(key, __u32);
+	__type(value, struct pass_slot);
+} pass_out SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct pass_fill);
+} pass_fill SEC(".maps");
 
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
@@ -469,6 +507,32 @@ struct bpf_iter__task {
  * add to. A thread past exit_notify (a zombie, or being released) is skipped: its final switch
  * adds it to the ended part, and until then a reading only misses it, never counts it twice.
  */
+/*
+ * The next slot of `pass_out` for pass `pass`; past the array's end when the pass met more
+ * groups than it has slots (user space then reads the process map instead). Passes run one at a
+ * time (one iterator session's calls come in sequence), so plain updates are enough.
+ */
+static __always_inline __u32 claim_slot(__u32 pass)
+{
+	__u32 zero = 0;
+	struct pass_fill *f = bpf_map_lookup_elem(&pass_fill, &zero);
+
+	if (!f)
+		return ~0U;
+	if (f->pass != pass) {
+		f->pass = pass;
+		f->used = 0;
+	}
+	__u32 slot = f->used;
+
+	if (!bpf_map_lookup_elem(&pass_out, &slot)) {
+		kstat_inc(KSTAT_PASS_OUT_FULL);
+		return ~0U;
+	}
+	f->used = slot + 1;
+	return slot;
+}
+
 SEC("iter/task")
 int kepler_iter(struct bpf_iter__task *ctx)
 {
@@ -490,8 +554,21 @@ int kepler_iter(struct bpf_iter__task *ctx)
 		t->cpu_ns = t->dead_ns;
 		t->switches = t->dead_switches;
 		t->cgroup_id = BPF_CORE_READ(task, cgroups, dfl_cgrp, kn, id);
+		t->slot = claim_slot(pass);
 	}
 	t->cpu_ns += task->se.sum_exec_runtime;
 	t->switches += task->nvcsw + task->nivcsw;
+	/* The slot follows the entry thread by thread, so it holds the group's reading at the end. */
+	__u32 slot = t->slot;
+	struct pass_slot *s = bpf_map_lookup_elem(&pass_out, &slot);
+
+	if (s) {
+		s->tgid = tgid;
+		s->flags = t->flags;
+		s->start_ns = t->start_ns;
+		s->cgroup_id = t->cgroup_id;
+		s->cpu_ns = t->cpu_ns;
+		s->switches = t->switches;
+	}
 	return 0;
 }

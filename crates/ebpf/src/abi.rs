@@ -30,6 +30,9 @@ pub(crate) struct TaskTotals {
     /// Iterator accounting: the final runtime and switches of the group's ended threads.
     pub dead_ns: u64,
     pub dead_switches: u64,
+    /// Iterator accounting: the group's slot in `pass_out` during pass `pass`.
+    pub slot: u32,
+    pub _pad: u32,
 }
 
 // SAFETY: plain integers, `repr(C)`, no padding left implicit.
@@ -92,6 +95,44 @@ impl ExitRecord {
     }
 }
 
+/// What one task iterator pass read of a group (`struct pass_slot`), in the slot the pass gave
+/// it in the mapped `pass_out` array.
+#[repr(C)]
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
+pub(crate) struct PassSlot {
+    pub tgid: u32,
+    pub flags: u32,
+    pub start_ns: u64,
+    pub cgroup_id: u64,
+    pub cpu_ns: u64,
+    pub switches: u64,
+}
+
+impl PassSlot {
+    /// The reading as the process map's entry would give it after the pass.
+    pub(crate) fn totals(&self) -> TaskTotals {
+        TaskTotals {
+            start_ns: self.start_ns,
+            cgroup_id: self.cgroup_id,
+            cpu_ns: self.cpu_ns,
+            switches: self.switches,
+            flags: self.flags,
+            ..TaskTotals::default()
+        }
+    }
+}
+
+/// Which pass `pass_out`'s slots hold, and how many it gave (`struct pass_fill`).
+#[repr(C)]
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
+pub(crate) struct PassFill {
+    pub pass: u32,
+    pub used: u32,
+}
+
+// SAFETY: plain integers, `repr(C)`, no implicit padding.
+unsafe impl aya::Pod for PassFill {}
+
 /// One CPU's switch state (`struct cpu_state`).
 #[repr(C)]
 #[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
@@ -116,6 +157,7 @@ pub(crate) mod kstat {
     pub const EXITS_LOST: u32 = 1;
     pub const TGID_REUSED: u32 = 2;
     pub const EXITS_DEFERRED: u32 = 3;
+    pub const PASS_OUT_FULL: u32 = 4;
 }
 
 /// Names in the object, kept in one place so the loader and the tests agree.
@@ -127,6 +169,8 @@ pub(crate) mod names {
     pub const ITER_PROG: &str = "kepler_iter";
     pub const EXIT_PROG: &str = "kepler_exit";
     pub const TASKS: &str = "tasks";
+    pub const PASS_OUT: &str = "pass_out";
+    pub const PASS_FILL: &str = "pass_fill";
     pub const EXITS: &str = "exits";
     pub const KSTATS: &str = "kstats";
     pub const CPU_STATE: &str = "cpu_state";
@@ -136,8 +180,9 @@ pub(crate) mod names {
     pub const HW_GLOBAL: &str = "hw_counters";
 }
 
-const _: () = assert!(std::mem::size_of::<TaskTotals>() == 112);
-const _: () = assert!(std::mem::size_of::<ExitRecord>() == 144);
+const _: () = assert!(std::mem::size_of::<TaskTotals>() == 120);
+const _: () = assert!(std::mem::size_of::<ExitRecord>() == 152);
+const _: () = assert!(std::mem::size_of::<PassSlot>() == 40);
 const _: () = assert!(std::mem::size_of::<CpuState>() == 48);
 
 #[cfg(test)]

@@ -416,6 +416,8 @@ fn load_object(
     let hw_flag: &'static u8 = if hw_counters { &1 } else { &0 };
     loader
         .map_max_entries(names::TASKS, settings.max_processes.max(1))
+        // A slot for every group the process map can hold.
+        .map_max_entries(names::PASS_OUT, settings.max_processes.max(1))
         .map_max_entries(names::EXITS, ring_size(settings.exit_buffer_bytes))
         .override_global(names::HW_GLOBAL, hw_flag, true)
         .load(OBJECT)

@@ -1,11 +1,16 @@
 //! Iterator accounting on the source's side: choosing it, turning to it, and each snapshot's
 //! pass (see `bpf/kepler.bpf.c` and [`crate::accounting`]).
 
+use std::os::fd::AsFd;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use super::{Accounting, EbpfSource};
-use crate::abi::{names, TaskTotals};
+use aya::maps::{Array, HashMap as BpfHashMap, Map, MapData};
+use kepler_core::ReadError;
+
+use crate::abi::{kstat, names, PassFill, TaskTotals};
+use crate::pass_out::PassOut;
 use crate::probes::OptionalProbe;
 use crate::reconcile::Keys;
 use crate::{proc, unseen, HostLoad};
@@ -118,6 +123,7 @@ impl EbpfSource {
 
     fn turn_to_iterator(&mut self, unseen: Vec<u32>) -> Result<(), String> {
         self.ebpf.put_exit_in_switch_place()?;
+        self.pass_reads = PassReads::new(&self.ebpf);
         self.accounting = Accounting::Iterator;
         self.stats.task_iterator.store(true, Ordering::Relaxed);
         self.reconciler.use_iterator();
@@ -222,5 +228,127 @@ impl EbpfSource {
             };
             self.observed.live.insert(pid, totals);
         }
+    }
+}
+
+/// Snapshots between two reads of the whole process map while passes are read from their
+/// output: the entries no pass rewrites (a group whose every thread is leaving; an entry made
+/// after the pass) are then in a reading at least once a minute at a 5 s interval.
+const FULL_READ_EVERY: u32 = 12;
+
+/// Reading passes from `pass_out` rather than from the process map, and when not to.
+pub(super) struct PassReads {
+    out: PassOut,
+    /// Snapshots since the process map was last read whole.
+    since_full: u32,
+    /// The `kstats` counts of exits deferred (their entries wait in the map, marked) and of
+    /// passes that ran out of slots, at the last whole read: a change means the map holds
+    /// what the slots do not.
+    counts_at_full: (u64, u64),
+}
+
+impl PassReads {
+    /// `None` when the array cannot be mapped (a kernel before 5.5, or a map without the
+    /// flag): every pass is then read from the process map, as before.
+    fn new(ebpf: &crate::loader::Attached) -> Option<PassReads> {
+        let Some(Map::Array(data)) = ebpf.map(names::PASS_OUT) else {
+            return None;
+        };
+        let mapped = data
+            .info()
+            .map_err(|e| std::io::Error::other(e.to_string()))
+            .and_then(|info| {
+                let slots = usize::try_from(info.max_entries()).unwrap_or(0);
+                PassOut::map(data.fd().as_fd(), slots)
+            });
+        match mapped {
+            Ok(out) => Some(PassReads {
+                out,
+                since_full: FULL_READ_EVERY,
+                counts_at_full: (0, 0),
+            }),
+            Err(error) => {
+                tracing::info!(%error, "task iterator passes are read from the process map");
+                None
+            }
+        }
+    }
+}
+
+impl PassReads {
+    #[cfg(test)]
+    pub(super) fn since_full(&self) -> u32 {
+        self.since_full
+    }
+}
+
+impl EbpfSource {
+    /// The pass's readings into `observed.live`: from the pass output, unless the process map
+    /// may hold entries the pass did not rewrite that a reading needs (exits deferred, a pass
+    /// out of slots, the periodic whole read), in which case the whole map is read.
+    pub(super) fn read_pass(&mut self) -> Result<(), ReadError> {
+        let counts = (
+            self.kstat(kstat::EXITS_DEFERRED),
+            self.kstat(kstat::PASS_OUT_FULL),
+        );
+        let fill = self.pass_fill();
+        let Some(reads) = self.pass_reads.as_mut() else {
+            return self.read_live();
+        };
+        reads.since_full += 1;
+        let used = match fill {
+            Some(fill) if reads.since_full < FULL_READ_EVERY && counts == reads.counts_at_full => {
+                fill.used
+            }
+            _ => {
+                reads.since_full = 0;
+                reads.counts_at_full = counts;
+                return self.read_live();
+            }
+        };
+        let live = &mut self.observed.live;
+        live.clear();
+        // A tgid met twice in a pass (reused within it) keeps the later slot, the entry the map
+        // holds after the pass.
+        live.extend(
+            reads
+                .out
+                .slots(usize::try_from(used).unwrap_or(usize::MAX))
+                .map(|slot| (slot.tgid, slot.totals())),
+        );
+        self.unseen_entries();
+        Ok(())
+    }
+
+    /// The process map's entries of the processes the iterator does not visit, which hold
+    /// their ended threads' part (`read_unseen` adds their live threads from /proc).
+    fn unseen_entries(&mut self) {
+        let Some(map) = self.ebpf.map(names::TASKS) else {
+            return;
+        };
+        let Ok(tasks) = BpfHashMap::<&MapData, u32, TaskTotals>::try_from(map) else {
+            return;
+        };
+        for process in &self.unseen {
+            if let Ok(t) = tasks.get(&process.pid, 0) {
+                self.observed.live.insert(process.pid, t);
+            }
+        }
+    }
+
+    fn kstat(&self, which: u32) -> u64 {
+        self.ebpf
+            .map(names::KSTATS)
+            .and_then(|map| Array::<&MapData, u64>::try_from(map).ok())
+            .and_then(|arr| arr.get(&which, 0).ok())
+            .unwrap_or(0)
+    }
+
+    fn pass_fill(&self) -> Option<PassFill> {
+        let map = self.ebpf.map(names::PASS_FILL)?;
+        Array::<&MapData, PassFill>::try_from(map)
+            .ok()?
+            .get(&0, 0)
+            .ok()
     }
 }
