@@ -7,7 +7,9 @@
 #   bash bench/churn_ab.sh BIN_A BIN_B [KIND] [N] [INTERVAL] [ROUNDS]
 # KIND N is a load of bench/overhead/load.py: churn 1000 (default: 1,000 spawns/s) or
 # wakers 1000 (1,000 processes waking every second). Each round starts both agents afresh,
-# in alternating order, warms up 12 s and measures 25 s.
+# in alternating order, warms up 12 s and measures 25 s. SCRAPE=S scrapes each agent every S
+# seconds (staggered), as Prometheus would; the table then splits each agent's CPU between its
+# sampler thread (snapshots and attribution) and the others (HTTP: encoding and sending).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 a=$1 b=$2 kind=${3:-churn} n=${4:-1000} interval=${5:-5s} rounds=${6:-3}
@@ -21,29 +23,54 @@ sleep 3
 # CPU time in ns summed over the agent's threads (schedstat; utime+stime count 10 ms ticks,
 # too coarse for 0.05 % of a core over 25 s). The agent's threads live as long as it does.
 cpu() { cat /proc/"$1"/task/*/schedstat | awk '{s += $1} END {printf "%d", s}'; }
+sampler_cpu() {
+  for t in /proc/"$1"/task/*; do
+    [ "$(cat "$t/comm")" = kepler-sampler ] && cut -d' ' -f1 "$t/schedstat"
+  done | awk '{s += $1} END {printf "%d", s}'
+}
+scrape=${SCRAPE:-}
 faults() { awk '{print $10}' "/proc/$1/stat"; }
-printf '| round | build | agent user+system CPU (%% of one core) | minor faults/s | RSS (MiB) |\n|---|---|---|---|---|\n'
+printf '| round | build | agent user+system CPU (%% of one core) | of which the sampler thread | minor faults/s | RSS (MiB) |\n|---|---|---|---|---|---|\n'
 for r in $(seq "$rounds"); do
   order=("$a" "$b")
   [ $((r % 2)) = 0 ] && order=("$b" "$a")
   agents=()
+  ports=()
   for bin in "${order[@]}"; do
-    "$bin" --host.sysfs "$tmp" --web.listen-address 127.0.0.1:0 --monitor.interval "$interval" \
-      --log.level warn >/dev/null 2>&1 &
+    port=$(free_port)
+    "$bin" --host.sysfs "$tmp" --web.listen-address 127.0.0.1:"$port" \
+      --monitor.interval "$interval" --log.level warn >/dev/null 2>&1 &
     agents+=($!)
     pids+=($!)
+    ports+=("$port")
   done
+  scraper=
+  if [ -n "$scrape" ]; then
+    (
+      while true; do
+        for port in "${ports[@]}"; do
+          curl -s -o /dev/null "http://127.0.0.1:$port/metrics" || true
+          sleep "$(echo "$scrape/2" | bc -l)"
+        done
+      done
+    ) &
+    scraper=$!
+  fi
   sleep 12
-  c0=() f0=()
-  for p in "${agents[@]}"; do c0+=("$(cpu "$p")"); f0+=("$(faults "$p")"); done
+  c0=() s0=() f0=()
+  for p in "${agents[@]}"; do
+    c0+=("$(cpu "$p")") s0+=("$(sampler_cpu "$p")") f0+=("$(faults "$p")")
+  done
   sleep 25
   for i in 0 1; do
     p=${agents[$i]}
     rss=$(awk '/VmRSS/ {print $2}' "/proc/$p/status")
-    printf '| %s | %s | %.3f | %d | %.1f |\n' "$r" "${order[$i]}" \
+    printf '| %s | %s | %.3f | %.3f | %d | %.1f |\n' "$r" "${order[$i]}" \
       "$(echo "($(cpu "$p")-${c0[$i]})*100/25000000000" | bc -l)" \
+      "$(echo "($(sampler_cpu "$p")-${s0[$i]})*100/25000000000" | bc -l)" \
       $(( ($(faults "$p") - ${f0[$i]}) / 25 )) "$(echo "$rss/1024" | bc -l)"
   done
+  [ -n "$scraper" ] && kill "$scraper"
   kill "${agents[@]}"
   wait "${agents[@]}" 2>/dev/null || true
 done

@@ -20,6 +20,11 @@ need_root_and() {
 
 # A powercap tree under DIR with one package zone whose counter starts at 0 (RAPL's range as
 # on Intel servers is not needed here: nothing wraps within a run). Prints the zone's path.
+# A TCP port free on loopback now.
+free_port() {
+  python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
+}
+
 fake_powercap() {
   local pkg="$1/class/powercap/intel-rapl:0"
   mkdir -p "$pkg"

@@ -17,7 +17,8 @@
  * threads, and kepler_exit takes kepler_switch's place on sched_switch: it only acts on a
  * thread's final switch, adding the thread's final runtime to its group and handing the group
  * over when it was the last. The cost then follows the number of threads per snapshot and of
- * exits, not the number of switches.
+ * exits, not the number of switches. Each pass also copies every group's reading into a slot of
+ * `pass_out`, an array user space maps and reads in place.
  *
  * The record layouts below are mirrored by crates/ebpf/src/abi.rs: change both together.
  */
@@ -493,20 +494,6 @@ int kepler_pgcache(void *ctx)
 	return 0;
 }
 
-/* The context of a task iterator program (uapi: its layout is fixed). */
-struct bpf_iter__task {
-	struct bpf_iter_meta *meta;
-	struct task_struct *task;
-};
-
-/*
- * One call per thread, then one with no task at the end of the pass. A group's entry is
- * restarted from its ended threads' part at the first of its threads the pass meets, and each
- * live thread adds the runtime the scheduler counted for it. A pass is one iterator session
- * (user space opens one per snapshot), so a pass cut short leaves nothing for the next one to
- * add to. A thread past exit_notify (a zombie, or being released) is skipped: its final switch
- * adds it to the ended part, and until then a reading only misses it, never counts it twice.
- */
 /*
  * The next slot of `pass_out` for pass `pass`; past the array's end when the pass met more
  * groups than it has slots (user space then reads the process map instead). Passes run one at a
@@ -533,6 +520,20 @@ static __always_inline __u32 claim_slot(__u32 pass)
 	return slot;
 }
 
+/* The context of a task iterator program (uapi: its layout is fixed). */
+struct bpf_iter__task {
+	struct bpf_iter_meta *meta;
+	struct task_struct *task;
+};
+
+/*
+ * One call per thread, then one with no task at the end of the pass. A group's entry is
+ * restarted from its ended threads' part at the first of its threads the pass meets, and each
+ * live thread adds the runtime the scheduler counted for it. A pass is one iterator session
+ * (user space opens one per snapshot), so a pass cut short leaves nothing for the next one to
+ * add to. A thread past exit_notify (a zombie, or being released) is skipped: its final switch
+ * adds it to the ended part, and until then a reading only misses it, never counts it twice.
+ */
 SEC("iter/task")
 int kepler_iter(struct bpf_iter__task *ctx)
 {

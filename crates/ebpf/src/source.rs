@@ -485,8 +485,8 @@ impl UsageSource for EbpfSource {
             // of its last tick.
             Accounting::Iterator => {
                 self.reconciler.iterator_snapshot(uptime);
-                self.run_pass();
-                self.read_pass()?;
+                let whole = self.run_pass();
+                self.read_pass(whole)?;
                 self.read_unseen();
             }
         }
@@ -836,8 +836,8 @@ mod tests {
         assert!(src.pass_reads.is_some(), "pass_out could not be mapped");
         // The first read after the turn is a whole one; the next come from the output.
         src.snapshot().unwrap();
-        src.run_pass();
-        src.read_pass().unwrap();
+        assert!(src.run_pass());
+        src.read_pass(true).unwrap();
         let from_output = src.observed.live.clone();
         assert_eq!(src.pass_reads.as_ref().map(|r| r.since_full()), Some(1));
         src.read_live().unwrap();
@@ -850,6 +850,17 @@ mod tests {
             from_output.get(&me).map(fields),
             from_map.get(&me).map(fields)
         );
+        // Only the slots in use are mapped; more are mapped as a pass needs them.
+        let reads = src.pass_reads.as_mut().unwrap();
+        assert_eq!(reads.out_mut().mapped(), 1024);
+        reads.out_mut().reserve(3000).unwrap();
+        assert_eq!(reads.out_mut().mapped(), 4096);
+        let again: FastMap<u32, TaskTotals> = reads
+            .out_mut()
+            .slots(from_output.len())
+            .map(|slot| (slot.tgid, slot.totals()))
+            .collect();
+        assert_eq!(again, from_output);
         let agree = from_output
             .iter()
             .filter(|(tgid, t)| from_map.get(tgid).map(fields) == Some(fields(t)))

@@ -166,14 +166,19 @@ impl EbpfSource {
         })
     }
 
-    /// One pass of the task iterator, which rewrites every live group's entry.
-    pub(super) fn run_pass(&mut self) {
+    /// One pass of the task iterator, which rewrites every live group's entry; false when it
+    /// failed (or there is no iterator), and what it wrote may be part of a pass.
+    pub(super) fn run_pass(&mut self) -> bool {
         let Some(link) = self.ebpf.iter_link() else {
-            return;
+            return false;
         };
-        if let Err(error) = crate::task_iter::run_pass(link) {
-            tracing::warn!(%error, "eBPF task iterator pass failed: readings stay as they were");
-            self.stats.map_read_errors.fetch_add(1, Ordering::Relaxed);
+        match crate::task_iter::run_pass(link) {
+            Ok(()) => true,
+            Err(error) => {
+                tracing::warn!(%error, "eBPF task iterator pass failed: readings stay as they were");
+                self.stats.map_read_errors.fetch_add(1, Ordering::Relaxed);
+                false
+            }
         }
     }
 
@@ -280,13 +285,19 @@ impl PassReads {
     pub(super) fn since_full(&self) -> u32 {
         self.since_full
     }
+
+    #[cfg(test)]
+    pub(super) fn out_mut(&mut self) -> &mut PassOut {
+        &mut self.out
+    }
 }
 
 impl EbpfSource {
-    /// The pass's readings into `observed.live`: from the pass output, unless the process map
-    /// may hold entries the pass did not rewrite that a reading needs (exits deferred, a pass
-    /// out of slots, the periodic whole read), in which case the whole map is read.
-    pub(super) fn read_pass(&mut self) -> Result<(), ReadError> {
+    /// The readings of the pass just run (`whole`: it ran to its end) into `observed.live`:
+    /// from the pass output, unless the process map may hold entries the pass did not rewrite
+    /// that a reading needs (exits deferred, a pass out of slots or cut short, the periodic
+    /// whole read), in which case the whole map is read.
+    pub(super) fn read_pass(&mut self, whole: bool) -> Result<(), ReadError> {
         let counts = (
             self.kstat(kstat::EXITS_DEFERRED),
             self.kstat(kstat::PASS_OUT_FULL),
@@ -297,7 +308,11 @@ impl EbpfSource {
         };
         reads.since_full += 1;
         let used = match fill {
-            Some(fill) if reads.since_full < FULL_READ_EVERY && counts == reads.counts_at_full => {
+            Some(fill)
+                if whole
+                    && reads.since_full < FULL_READ_EVERY
+                    && counts == reads.counts_at_full =>
+            {
                 fill.used
             }
             _ => {
@@ -306,16 +321,17 @@ impl EbpfSource {
                 return self.read_live();
             }
         };
+        let used = usize::try_from(used).unwrap_or(usize::MAX);
+        if let Err(error) = reads.out.reserve(used) {
+            tracing::warn!(%error, "mapping more of the task iterator's output");
+            self.pass_reads = None;
+            return self.read_live();
+        }
         let live = &mut self.observed.live;
         live.clear();
         // A tgid met twice in a pass (reused within it) keeps the later slot, the entry the map
         // holds after the pass.
-        live.extend(
-            reads
-                .out
-                .slots(usize::try_from(used).unwrap_or(usize::MAX))
-                .map(|slot| (slot.tgid, slot.totals())),
-        );
+        live.extend(reads.out.slots(used).map(|slot| (slot.tgid, slot.totals())));
         self.unseen_entries();
         Ok(())
     }
