@@ -5,10 +5,10 @@ use std::os::fd::AsFd;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use super::{Accounting, EbpfSource};
 use aya::maps::{Array, HashMap as BpfHashMap, Map, MapData};
 use kepler_core::ReadError;
 
+use super::{Accounting, EbpfSource};
 use crate::abi::{kstat, names, PassFill, TaskTotals};
 use crate::pass_out::PassOut;
 use crate::probes::OptionalProbe;
@@ -278,9 +278,7 @@ impl PassReads {
             }
         }
     }
-}
 
-impl PassReads {
     #[cfg(test)]
     pub(super) fn since_full(&self) -> u32 {
         self.since_full
