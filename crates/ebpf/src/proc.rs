@@ -9,7 +9,7 @@ use kepler_core::ReadError;
 use kepler_sources::ProcfsReader;
 
 /// Reads clock `id`.
-fn clock(id: libc::clockid_t) -> io::Result<Duration> {
+pub(crate) fn clock(id: libc::clockid_t) -> io::Result<Duration> {
     let mut ts = libc::timespec {
         tv_sec: 0,
         tv_nsec: 0,
