@@ -15,7 +15,7 @@ use std::ptr::NonNull;
 use crate::abi::PassSlot;
 
 /// Slots mapped at first.
-const FIRST_SLOTS: usize = 1024;
+pub(crate) const FIRST_SLOTS: usize = 1024;
 
 pub(crate) struct PassOut {
     map: OwnedFd,

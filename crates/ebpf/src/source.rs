@@ -394,14 +394,17 @@ impl EbpfSource {
         }
     }
 
+    /// One of the kernel side's counts (`kstat`); 0 when it cannot be read.
+    fn kstat(&self, which: u32) -> u64 {
+        self.ebpf
+            .map(names::KSTATS)
+            .and_then(|map| Array::<&MapData, u64>::try_from(map).ok())
+            .and_then(|arr| arr.get(&which, 0).ok())
+            .unwrap_or(0)
+    }
+
     fn read_kstats(&self) {
-        let Some(map) = self.ebpf.map(names::KSTATS) else {
-            return;
-        };
-        let Ok(arr) = Array::<&MapData, u64>::try_from(map) else {
-            return;
-        };
-        let get = |i: u32| arr.get(&i, 0).unwrap_or(0);
+        let get = |i: u32| self.kstat(i);
         self.stats
             .tasks_full
             .store(get(kstat::TASKS_FULL), Ordering::Relaxed);
@@ -539,6 +542,13 @@ mod tests {
             ..Default::default()
         };
         EbpfSource::new("/proc", Arc::new(kepler_core::NoWorkloads), settings).unwrap()
+    }
+
+    /// [`bare_source`] turned to the task iterator.
+    fn iterator_source() -> EbpfSource {
+        let mut src = bare_source();
+        src.use_task_iterator().unwrap();
+        src
     }
 
     fn tasks(src: &mut EbpfSource) -> BpfHashMap<&mut MapData, u32, TaskTotals> {
@@ -765,8 +775,7 @@ mod tests {
         if crate::test_support::skip_unless_root(test) {
             return;
         }
-        let mut src = bare_source();
-        src.use_task_iterator().unwrap();
+        let mut src = iterator_source();
         let me = std::process::id();
         let entry = |src: &mut EbpfSource| tasks(src).get(&me, 0).unwrap();
         src.run_pass();
@@ -808,8 +817,7 @@ mod tests {
         if crate::test_support::skip_unless_root(test) {
             return;
         }
-        let mut src = bare_source();
-        src.use_task_iterator().unwrap();
+        let mut src = iterator_source();
         src.snapshot().unwrap();
         let proc = std::path::Path::new("/proc");
         let before = unseen::pids(proc);
@@ -831,8 +839,7 @@ mod tests {
         if crate::test_support::skip_unless_root(test) {
             return;
         }
-        let mut src = bare_source();
-        src.use_task_iterator().unwrap();
+        let mut src = iterator_source();
         assert!(src.pass_reads.is_some(), "pass_out could not be mapped");
         // The first read after the turn is a whole one; the next come from the output.
         src.snapshot().unwrap();
@@ -852,9 +859,10 @@ mod tests {
         );
         // Only the slots in use are mapped; more are mapped as a pass needs them.
         let reads = src.pass_reads.as_mut().unwrap();
-        assert_eq!(reads.out_mut().mapped(), 1024);
-        reads.out_mut().reserve(3000).unwrap();
-        assert_eq!(reads.out_mut().mapped(), 4096);
+        assert_eq!(reads.out_mut().mapped(), crate::pass_out::FIRST_SLOTS);
+        let more = 3 * crate::pass_out::FIRST_SLOTS;
+        reads.out_mut().reserve(more).unwrap();
+        assert_eq!(reads.out_mut().mapped(), more.next_power_of_two());
         let again: FastMap<u32, TaskTotals> = reads
             .out_mut()
             .slots(from_output.len())
@@ -880,8 +888,7 @@ mod tests {
         if crate::test_support::skip_unless_root(test) {
             return;
         }
-        let mut src = bare_source();
-        src.use_task_iterator().unwrap();
+        let mut src = iterator_source();
         src.snapshot().unwrap();
         src.snapshot().unwrap();
         // As the kernel leaves a group that ended with the exit ring full: marked, in the map

@@ -250,41 +250,23 @@ impl<const N: usize> FamilyWriter<'_, '_, N> {
 
     /// One sample: exactly one value per label name of the descriptor (checked by the type).
     pub fn sample(&mut self, labels: [&str; N], value: impl SampleValue) {
-        if !self.started {
-            self.header();
-            self.started = true;
-        }
-        let desc = self.desc;
-        let out = &mut *self.w.out;
-        out.extend_from_slice(desc.name.as_bytes());
-        if N > 0 || desc.node_name {
-            out.push(b'{');
-            for (i, (name, value)) in desc.labels.iter().zip(labels.iter()).enumerate() {
-                if i > 0 {
-                    out.push(b',');
+        let names = self.desc.labels;
+        self.write_sample(
+            |out| {
+                for (i, (name, value)) in names.iter().zip(labels.iter()).enumerate() {
+                    if i > 0 {
+                        out.push(b',');
+                    }
+                    out.extend_from_slice(name.as_bytes());
+                    out.extend_from_slice(b"=\"");
+                    write_escaped_label(out, value);
+                    out.push(b'"');
                 }
-                out.extend_from_slice(name.as_bytes());
-                out.extend_from_slice(b"=\"");
-                write_escaped_label(out, value);
-                out.push(b'"');
-            }
-            if desc.node_name {
-                if N > 0 {
-                    out.push(b',');
-                }
-                out.extend_from_slice(b"node_name=\"");
-                out.extend_from_slice(&self.w.node_name);
-                out.push(b'"');
-            }
-            out.push(b'}');
-        }
-        out.push(b' ');
-        value.write_to(out);
-        out.push(b'\n');
+            },
+            value,
+        );
     }
-}
 
-impl<const N: usize> FamilyWriter<'_, '_, N> {
     /// One sample whose label pairs come rendered by [`RenderedPairs`]: `pairs` concatenated
     /// are this family's labels, all of them and in the descriptor's order (checked in debug
     /// builds). For labels that recur in several samples, escaped and copied once.
@@ -299,6 +281,26 @@ impl<const N: usize> FamilyWriter<'_, '_, N> {
                 self.desc.name
             );
         }
+        self.write_sample(
+            |out| {
+                let mut first = true;
+                for part in pairs {
+                    // Every pair starts with its comma; the block's first one goes.
+                    let part = match (first, part.split_first()) {
+                        (true, Some((b',', rest))) => rest,
+                        _ => part,
+                    };
+                    first &= part.is_empty();
+                    out.extend_from_slice(part);
+                }
+            },
+            value,
+        );
+    }
+
+    /// The family's header if this is its first sample, then the sample: its name, the label
+    /// pairs `labels` writes (without braces) and `node_name` in braces, and its value.
+    fn write_sample(&mut self, labels: impl FnOnce(&mut Vec<u8>), value: impl SampleValue) {
         if !self.started {
             self.header();
             self.started = true;
@@ -308,16 +310,7 @@ impl<const N: usize> FamilyWriter<'_, '_, N> {
         out.extend_from_slice(desc.name.as_bytes());
         if N > 0 || desc.node_name {
             out.push(b'{');
-            let mut first = true;
-            for part in pairs {
-                // Every pair starts with its comma; the block's first one goes.
-                let part = match (first, part.split_first()) {
-                    (true, Some((b',', rest))) => rest,
-                    _ => part,
-                };
-                first &= part.is_empty();
-                out.extend_from_slice(part);
-            }
+            labels(out);
             if desc.node_name {
                 if N > 0 {
                     out.push(b',');

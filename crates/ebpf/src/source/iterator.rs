@@ -296,6 +296,9 @@ impl EbpfSource {
     /// that a reading needs (exits deferred, a pass out of slots or cut short, the periodic
     /// whole read), in which case the whole map is read.
     pub(super) fn read_pass(&mut self, whole: bool) -> Result<(), ReadError> {
+        if self.pass_reads.is_none() {
+            return self.read_live();
+        }
         let counts = (
             self.kstat(kstat::EXITS_DEFERRED),
             self.kstat(kstat::PASS_OUT_FULL),
@@ -348,14 +351,6 @@ impl EbpfSource {
                 self.observed.live.insert(process.pid, t);
             }
         }
-    }
-
-    fn kstat(&self, which: u32) -> u64 {
-        self.ebpf
-            .map(names::KSTATS)
-            .and_then(|map| Array::<&MapData, u64>::try_from(map).ok())
-            .and_then(|arr| arr.get(&which, 0).ok())
-            .unwrap_or(0)
     }
 
     fn pass_fill(&self) -> Option<PassFill> {
