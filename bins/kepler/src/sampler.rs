@@ -41,6 +41,8 @@ pub struct Sampler {
     export_features: bool,
     /// What a reading may imply before it is believed (`monitor.maxReadingWatts`).
     limits: EnergyLimits,
+    /// Exited processes the last tick's usage listed.
+    exited_last_tick: usize,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -83,6 +85,7 @@ impl Sampler {
             had_energy: false,
             export_features: false,
             limits: EnergyLimits::default(),
+            exited_last_tick: 0,
         }
     }
 
@@ -106,6 +109,22 @@ impl Sampler {
     pub fn with_features(mut self, export: bool) -> Self {
         self.export_features = export;
         self
+    }
+
+    /// How many exited processes the last tick's usage listed.
+    pub fn exited_last_tick(&self) -> usize {
+        self.exited_last_tick
+    }
+
+    /// How often the usage source wants [`Sampler::drain`] between ticks (see
+    /// [`UsageSource::drain_every`]).
+    pub fn drain_every(&self) -> Option<Duration> {
+        self.source.drain_every()
+    }
+
+    /// Lets the usage source take in what its buffers hold, between ticks.
+    pub fn drain(&mut self) {
+        self.source.drain();
     }
 
     /// Takes one sample and returns the snapshot of the interval since the previous one. The
@@ -158,6 +177,7 @@ impl Sampler {
         });
         snapshot.features = features.and_then(|(_, full)| full).map(Arc::new);
         snapshot.platform = platform;
+        self.exited_last_tick = usage.processes.iter().filter(|p| p.exited).count();
         debug!(
             tick = snapshot.tick,
             processes = usage.processes.len(),

@@ -1,6 +1,7 @@
 //! The traits that sources of usage and power implement, and how they explain unavailability.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use crate::domain::{ExpectedError, PowerDomain, ZoneMeta};
 use crate::energy::ZoneReading;
@@ -173,4 +174,13 @@ pub trait UsageSource: Send {
         let _ = needed;
         self.features()
     }
+    /// How often to call [`UsageSource::drain`] between snapshots, when what arrives between
+    /// two of them would otherwise outgrow the source's buffers (the eBPF exit ring under
+    /// heavy churn); `None` when snapshots alone keep up. Asked after each snapshot.
+    fn drain_every(&self) -> Option<Duration> {
+        None
+    }
+    /// Takes in what the source's buffers hold so far, between snapshots; what it takes in
+    /// is reported by the next snapshot, as if it had waited there.
+    fn drain(&mut self) {}
 }

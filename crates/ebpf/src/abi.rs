@@ -84,15 +84,12 @@ impl ExitRecord {
         // only), and `read_unaligned` makes no alignment assumption about the ring buffer.
         Some(unsafe { std::ptr::read_unaligned(bytes.as_ptr().cast::<ExitRecord>()) })
     }
+}
 
-    pub(crate) fn comm(&self) -> String {
-        let end = self
-            .comm
-            .iter()
-            .position(|&b| b == 0)
-            .unwrap_or(self.comm.len());
-        String::from_utf8_lossy(self.comm.get(..end).unwrap_or_default()).into_owned()
-    }
+/// A kernel command name (NUL-padded, not always UTF-8) as text, lossily decoded.
+pub(crate) fn comm_text(comm: &[u8; 16]) -> String {
+    let end = comm.iter().position(|&b| b == 0).unwrap_or(comm.len());
+    String::from_utf8_lossy(comm.get(..end).unwrap_or_default()).into_owned()
 }
 
 /// What one task iterator pass read of a group (`struct pass_slot`), in the slot the pass gave
@@ -212,7 +209,14 @@ mod tests {
         };
         let parsed = ExitRecord::parse(bytes).unwrap();
         assert_eq!(parsed, rec);
-        assert_eq!(parsed.comm(), "bash");
+        assert_eq!(comm_text(&parsed.comm), "bash");
+        let mut odd = [b'x'; 16];
+        odd[0] = 0xff;
+        assert_eq!(
+            comm_text(&odd).chars().count(),
+            16,
+            "all 16 bytes, one replaced"
+        );
         assert!(ExitRecord::parse(&bytes[..10]).is_none());
     }
 }

@@ -70,11 +70,13 @@ pub struct EbpfSettings {
     /// [`EbpfStats::tasks_full`].
     pub max_processes: u32,
     /// Bytes of the ring buffer holding exited groups between two snapshots (rounded up to a
-    /// power of two; a record takes 152 bytes, 144 of data and the ring's 8-byte header, so
-    /// 256 KiB holds ~1.7k exits). Exits beyond it stay in the process map, marked, until a
-    /// snapshot collects them ([`EbpfStats::exits_deferred`]): nothing is lost, but they cost
-    /// map room meanwhile and lose their exit-time details (command name, v1 cpu cgroup). The
-    /// ring is mapped into the agent twice (as BPF rings are), so it counts double in its RSS.
+    /// power of two; a record takes 160 bytes, 152 of data and the ring's 8-byte header, so
+    /// 256 KiB holds ~1.6k exits). When exits come faster than an interval's worth of it,
+    /// the source asks to be drained between snapshots ([`EbpfSource`]'s `drain_every`).
+    /// Exits beyond it stay in the process map, marked, until a snapshot collects them
+    /// ([`EbpfStats::exits_deferred`]): nothing is lost, but they cost map room meanwhile and
+    /// lose their exit-time details (command name, v1 cpu cgroup). The ring is mapped into the
+    /// agent twice (as BPF rings are), so it counts double in its RSS.
     pub exit_buffer_bytes: u32,
     pub page_cache: bool,
     pub softirq: bool,

@@ -242,7 +242,7 @@ pub(crate) fn unavailable(what: &str, e: &dyn std::error::Error) -> Unavailable 
 }
 
 /// The ring buffer size the kernel accepts: a power of two, at least one page.
-fn ring_size(bytes: u32) -> u32 {
+pub(crate) fn ring_size(bytes: u32) -> u32 {
     bytes.clamp(4096, 1 << 30).next_power_of_two()
 }
 

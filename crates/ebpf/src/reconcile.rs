@@ -6,6 +6,7 @@
 
 mod baseline;
 mod gc;
+mod kept;
 mod recent;
 
 use std::collections::hash_map::Entry;
@@ -15,6 +16,7 @@ use std::time::Duration;
 use kepler_core::{ProcessInfo, ProcessKey, ProcessUsage, TaskCounters};
 
 use self::baseline::Baselines;
+use self::kept::Kept;
 use self::recent::Recent;
 use crate::abi::{ExitRecord, TaskTotals};
 
@@ -66,8 +68,22 @@ pub(crate) trait Host: Keys {
 /// What an exit record adds to the totals.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub(crate) struct ExitInfo {
-    pub comm: String,
+    /// The command name as the kernel keeps it: NUL-padded bytes, not always UTF-8. Held as
+    /// they are rather than as a `String`: one allocation less per exit, and a description
+    /// made from it (`ExitInfo::comm`) is shared by every exit alike.
+    pub comm: [u8; 16],
     pub cpu_cgroup_id: u64,
+}
+
+impl ExitInfo {
+    /// The command name, lossily decoded.
+    pub(crate) fn comm(&self) -> String {
+        crate::abi::comm_text(&self.comm)
+    }
+
+    pub(crate) fn has_no_comm(&self) -> bool {
+        self.comm.first().is_none_or(|&b| b == 0)
+    }
 }
 
 /// Which optional counters the loaded probes measure; the others are reported as unknown.
@@ -144,26 +160,29 @@ struct Known {
 
 /// An exited process reported recently.
 struct Ended {
-    totals: TaskTotals,
+    totals: Kept,
     info: Arc<ProcessInfo>,
     reported: Reported,
 }
 
-/// Exited groups by key: their totals (pieces merged) and what the exit records add.
-type Exits = FastMap<ProcessKey, (TaskTotals, ExitInfo)>;
+/// Exited groups by key: their totals (pieces merged) and what the exit records add. Under
+/// churn it holds every exit of an interval (thousands), so the totals are kept compact.
+type Exits = FastMap<ProcessKey, (Kept, ExitInfo)>;
 
 /// Adds one piece of a group's totals to what `exits` holds for it (a group can be handed over
 /// in pieces when its threads exit on several CPUs at once).
 fn merge_exit(exits: &mut Exits, key: ProcessKey, totals: TaskTotals, info: ExitInfo) {
     match exits.get_mut(&key) {
-        Some((t, e)) => {
+        Some((kept, e)) => {
+            let mut t = kept.totals();
             t.add(&totals);
-            if e.comm.is_empty() {
+            *kept = Kept::new(&t);
+            if e.has_no_comm() {
                 *e = info;
             }
         }
         None => {
-            exits.insert(key, (totals, info));
+            exits.insert(key, (Kept::new(&totals), info));
         }
     }
 }
@@ -270,6 +289,14 @@ impl Reconciler {
         self.pending_lost
     }
 
+    /// Whether exits drained between snapshots may still be held: past half of
+    /// [`MAX_PENDING`] (snapshots failing while exits pour in) the ring is left to fill, and
+    /// what it cannot take is deferred to the process map, which loses nothing, rather than
+    /// drained here towards a bound where exits are dropped.
+    pub(crate) fn room_for_drains(&self) -> bool {
+        self.pending.len() < MAX_PENDING / 2
+    }
+
     /// The pids of the exited groups held for the next step.
     #[cfg(test)]
     pub(crate) fn pending_pids(&self) -> impl Iterator<Item = u32> + '_ {
@@ -291,7 +318,7 @@ impl Reconciler {
                 continue;
             }
             let info = ExitInfo {
-                comm: r.comm(),
+                comm: r.comm,
                 cpu_cgroup_id: r.cpu_cgroup_id,
             };
             merge_exit(&mut self.pending, key, r.totals, info);
@@ -363,7 +390,9 @@ impl Reconciler {
         trim_vec(&mut tasks, used);
         self.tasks = tasks;
         let n_exited = exited.len();
-        for (key, (piece, exit)) in exited.drain() {
+        self.ended.reserve(n_exited);
+        for (key, (kept, exit)) in exited.drain() {
+            let piece = kept.totals();
             if self.began_unseen(&key) {
                 continue;
             }
@@ -439,16 +468,17 @@ impl Reconciler {
         exit: &ExitInfo,
     ) -> ProcessUsage {
         let (totals, info, mut reported) = match self.ended.remove(&key) {
-            Some(mut e) => {
-                e.totals.add(&piece);
-                (e.totals, e.info, e.reported)
+            Some(e) => {
+                let mut totals = e.totals.totals();
+                totals.add(&piece);
+                (totals, e.info, e.reported)
             }
             None => {
                 let known = self.known.remove(&key);
                 let reported = known.as_ref().map(|k| k.reported).unwrap_or_default();
                 let info = match known {
                     // Described while alive: /proc told more (exe, cmdline) than BPF can.
-                    Some(k) if !k.info.comm.is_empty() || exit.comm.is_empty() => k.info,
+                    Some(k) if !k.info.comm.is_empty() || exit.has_no_comm() => k.info,
                     _ => host.describe(key, &piece, Some(exit)),
                 };
                 (piece, info, reported)
@@ -463,7 +493,7 @@ impl Reconciler {
             counters: Some(self.measured.counters(&totals)),
         };
         let ended = Ended {
-            totals,
+            totals: Kept::new(&totals),
             info,
             reported,
         };

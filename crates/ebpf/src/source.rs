@@ -23,6 +23,7 @@ use crate::probes::{OptionalProbe, ProbeState, Probes};
 use crate::reconcile::{ExitInfo, FastMap, Host, Keys, Measured, Observed, Reconciler};
 use crate::{proc, unseen, EbpfSettings, EbpfStats};
 
+mod drain;
 mod iterator;
 
 /// Usage from the BPF programs: every thread group's CPU time (since load with `sched_switch`
@@ -58,6 +59,8 @@ pub struct EbpfSource {
     /// of accounting weighs.
     interval: Duration,
     loaded_switches: Option<(u64, Instant)>,
+    /// The exits each interval brought, and how often the ring is drained between snapshots.
+    drains: drain::Drains,
 }
 
 /// How CPU time gets into the process map.
@@ -104,18 +107,13 @@ struct Gone {
 }
 
 impl Gone {
-    /// `None` for a comm longer than the kernel's (one whose bytes were not valid UTF-8 and
-    /// grew when made a `String`): such a process gets a description of its own.
-    fn new(t: &TaskTotals, exit: Option<&ExitInfo>) -> Option<Gone> {
-        let name = exit.map_or("", |e| e.comm.as_str()).as_bytes();
-        let mut comm = [0u8; 16];
-        comm.get_mut(..name.len())?.copy_from_slice(name);
-        Some(Gone {
-            comm,
+    fn new(t: &TaskTotals, exit: Option<&ExitInfo>) -> Gone {
+        Gone {
+            comm: exit.map_or([0; 16], |e| e.comm),
             cpu_cgroup_id: exit.map_or(0, |e| e.cpu_cgroup_id),
             cgroup_id: t.cgroup_id,
             kernel_thread: t.flags & TaskTotals::KERNEL_THREAD != 0,
-        })
+        }
     }
 }
 
@@ -219,7 +217,7 @@ impl Host for Io<'_> {
             return Arc::new(self.classified(key, t, d.info));
         }
         let alike = Gone::new(t, exit);
-        if let Some(info) = alike.and_then(|g| self.gone_descriptions.get(&g)) {
+        if let Some(info) = self.gone_descriptions.get(&alike) {
             return info.clone();
         }
         let cpu_path = exit
@@ -228,15 +226,13 @@ impl Host for Io<'_> {
             .filter(|p| &**p != "/");
         let path = cpu_path.or_else(|| self.cgroups.resolve(t.cgroup_id));
         let info = ProcessInfo {
-            comm: exit.map(|e| e.comm.clone()).unwrap_or_default(),
+            comm: exit.map(ExitInfo::comm).unwrap_or_default(),
             cgroup_path: path.map(|p| p.to_string()).unwrap_or_default(),
             kernel_thread: t.flags & TaskTotals::KERNEL_THREAD != 0,
             ..Default::default()
         };
         let info = Arc::new(self.classified(key, t, info));
-        if let Some(g) = alike {
-            self.gone_descriptions.insert(g, info.clone());
-        }
+        self.gone_descriptions.insert(alike, info.clone());
         info
     }
 }
@@ -283,6 +279,7 @@ impl EbpfSource {
             pass_reads: None,
             interval: settings.interval,
             loaded_switches,
+            drains: drain::Drains::new(loader::ring_size(settings.exit_buffer_bytes)),
         })
     }
 
@@ -325,19 +322,22 @@ impl EbpfSource {
     }
 
     /// Drains the exits ring into the reconciler, which holds the records until a snapshot
-    /// succeeds.
-    fn drain_exits(&mut self) {
+    /// succeeds. Returns how many records it took.
+    fn drain_exits(&mut self) -> u64 {
         let mut malformed = 0u64;
+        let mut drained = 0u64;
         // Straight from the ring into the reconciler, without a list of records in between.
         let exits = &mut self.exits;
         let records = std::iter::from_fn(|| loop {
             let item = exits.next()?;
+            drained += 1;
             match ExitRecord::parse(&item) {
                 Some(r) => return Some(r),
                 None => malformed += 1,
             }
         });
         let lost = self.reconciler.queue_exits(&self.procfs, records);
+        self.drains.drained(drained);
         if malformed > 0 {
             tracing::warn!(malformed, "short records in the exits ring");
             self.stats
@@ -348,6 +348,7 @@ impl EbpfSource {
             tracing::warn!(lost, "exited processes dropped: snapshots keep failing");
             self.stats.exits_lost.fetch_add(lost, Ordering::Relaxed);
         }
+        drained
     }
 
     /// The process map, by tgid, into `observed.live`.
@@ -469,6 +470,20 @@ impl UsageSource for EbpfSource {
         self.features()
     }
 
+    fn drain_every(&self) -> Option<Duration> {
+        self.drains.every()
+    }
+
+    /// Exit records wait in the reconciler for the next snapshot, as a drain at its start
+    /// would have left them.
+    fn drain(&mut self) {
+        if !self.reconciler.room_for_drains() {
+            return;
+        }
+        let drained = self.drain_exits();
+        self.drains.between_snapshots(drained);
+    }
+
     fn snapshot(&mut self) -> Result<UsageSnapshot, ReadError> {
         self.cgroups.begin_snapshot();
         self.cpu_cgroups.begin_snapshot();
@@ -494,6 +509,10 @@ impl UsageSource for EbpfSource {
             }
         }
         self.read_kstats();
+        self.drains.snapshot(
+            self.stats.exits_deferred.load(Ordering::Relaxed),
+            Instant::now(),
+        );
         self.stats
             .tracked_processes
             .store(self.observed.live.len() as u64, Ordering::Relaxed);

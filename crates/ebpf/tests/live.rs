@@ -520,6 +520,124 @@ fn full_ring_with(root: &std::path::Path, accounting: Accounting) {
     assert!(share <= 1.05, "attributed {:.1}%", share * 100.0);
 }
 
+/// Exits faster than the ring holds an interval: after an interval that overflowed it, the
+/// source asks to be drained between snapshots (`drain_every`), and drained as it asks (as the
+/// agent's waits between ticks do) the later intervals of the same churn stay in the ring: next
+/// to nothing deferred, every process reported, the container credited what its cgroup used.
+#[test]
+fn a_ring_drained_between_snapshots_keeps_up_with_churn() {
+    let test = "a_ring_drained_between_snapshots_keeps_up_with_churn";
+    if skip_unless_root(test) {
+        return;
+    }
+    let Some(root) = cgroup2_mount() else {
+        skip(test, "no cgroup2 mount");
+        return;
+    };
+    let _serial = SERIAL.lock().unwrap_or_else(PoisonError::into_inner);
+    for accounting in ACCOUNTINGS {
+        drained_ring_with(&root, accounting);
+    }
+}
+
+fn drained_ring_with(root: &std::path::Path, accounting: Accounting) {
+    const N: u32 = 1_500;
+    let each = Duration::from_millis(3);
+    let interval = Duration::from_secs(2);
+    // ~200 records: well under what an interval brings.
+    let settings = EbpfSettings {
+        exit_buffer_bytes: 32 << 10,
+        ..EbpfSettings::default()
+    };
+    let classifier: Arc<dyn Classifier> = Arc::new(CgroupClassifier::new());
+    let mut src = source_with(classifier, settings, accounting);
+    let stats = src.stats();
+    let deferred = || {
+        stats
+            .exits_deferred
+            .load(std::sync::atomic::Ordering::Relaxed)
+    };
+    let cg = TestCgroup::create_v2(root, "ebpf-drained").unwrap();
+    let exe = std::env::current_exe().unwrap();
+    let mut snaps = vec![src.snapshot().unwrap()];
+    assert_eq!(src.drain_every(), None, "no exits yet");
+    let u0 = cg.usage();
+    let mut cmd = child_command(&exe, &format!("burst:{N}:{}", each.as_millis()));
+    cg.join_on_exec(&mut cmd);
+    let mut child = cmd.spawn().unwrap();
+    let mut next = Instant::now() + interval;
+    let mut drained = Instant::now();
+    let mut first_interval = None;
+    let mut drains = 0;
+    let status = loop {
+        std::thread::sleep(Duration::from_millis(10));
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        if Instant::now() >= next {
+            snaps.push(src.snapshot().unwrap());
+            next += interval;
+            first_interval.get_or_insert((deferred(), src.drain_every()));
+        } else if src
+            .drain_every()
+            .is_some_and(|every| drained.elapsed() >= every)
+        {
+            src.drain();
+            drains += 1;
+            drained = Instant::now();
+        }
+    };
+    assert!(status.success(), "launcher failed");
+    let later_intervals = snaps.len().saturating_sub(2);
+    let (overflowed, every) = first_interval.expect("the churn outlasted one interval");
+    // The last exits come at their final switches, after the launcher's wait.
+    std::thread::sleep(Duration::from_millis(200));
+    snaps.push(src.snapshot().unwrap());
+    let used = cg.usage().saturating_sub(u0);
+    let later = deferred() - overflowed;
+    for _ in 0..3 {
+        std::thread::sleep(Duration::from_millis(50));
+        snaps.push(src.snapshot().unwrap());
+    }
+    let id = &cg.container_id;
+    let attributed: Duration = snaps
+        .windows(2)
+        .map(|w| container_cpu(&w[0], &w[1], id, src.counts_from_start()))
+        .sum();
+    let exited = snaps
+        .iter()
+        .flat_map(|s| &s.processes)
+        .filter(|p| {
+            p.exited
+                && p.info
+                    .workload
+                    .container
+                    .as_ref()
+                    .is_some_and(|c| &c.id == id)
+        })
+        .count();
+    let share = attributed.as_secs_f64() / used.as_secs_f64();
+    println!(
+        "{accounting:?}: {N} × {each:?} through a ~200-record ring, {interval:?} intervals: \
+         {overflowed} exits deferred in the first, then drains every {every:?} ({drains} in \
+         all) and {later} deferred in {later_intervals} more; {exited} exited processes, \
+         attributed {attributed:?} of {used:?} ({:.1}%)",
+        share * 100.0
+    );
+    assert!(overflowed > 0, "{accounting:?}: the ring never filled");
+    let every = every.unwrap_or_else(|| panic!("{accounting:?}: no drains asked for"));
+    assert!(every < interval, "{accounting:?}: {every:?}");
+    assert!(later_intervals > 0, "the churn ended within two intervals");
+    assert!(
+        later * 2 <= overflowed * later_intervals as u64,
+        "{accounting:?}: {later} deferred in {later_intervals} drained intervals, {overflowed} \
+         in the first"
+    );
+    assert!(exited > N as usize, "every process reported, got {exited}");
+    assert!(share >= 0.95, "attributed only {:.1}%", share * 100.0);
+    assert!(share <= 1.05, "attributed {:.1}%", share * 100.0);
+}
+
 /// The same burst where the container exists only in the v1 cpu/cpuacct hierarchies (a hybrid
 /// host's cgroupfs-driver runtime): exited processes reach it through the cpu cgroup id that
 /// the exit record carries.

@@ -32,6 +32,10 @@ impl Attributor {
         self.weights.clear();
         self.keys.clear();
         let mut ended_with_reused_pid = Vec::new();
+        // Room for this tick's listing at once: under churn most of it is new, and the table
+        // is cut back after each tick (see `prune`), so it would otherwise grow in steps.
+        let new_at_most = usage.processes.len().saturating_sub(self.processes.len());
+        self.processes.reserve(new_at_most);
         for process in &usage.processes {
             let counts_fully = self.previous_uptime.is_some_and(|prev| {
                 process.key.start_time >= prev || self.source_counts_from_start

@@ -65,7 +65,7 @@ impl Host for Fake {
     ) -> Arc<ProcessInfo> {
         self.described.push((key, exit.cloned()));
         let comm = match exit {
-            Some(e) => e.comm.clone(),
+            Some(e) => e.comm(),
             None if self.nameless.contains(&key.pid) => String::new(),
             None => format!("p{}", key.pid),
         };
@@ -124,6 +124,16 @@ fn reports(step: &Step, key: ProcessKey) -> Vec<(u64, bool, String)> {
         (ns, p.exited, p.info.comm.clone())
     };
     mine.map(as_tuple).collect()
+}
+
+fn exit_info(comm: &str, cpu_cgroup_id: u64) -> ExitInfo {
+    let mut info = ExitInfo {
+        cpu_cgroup_id,
+        ..Default::default()
+    };
+    let n = comm.len().min(info.comm.len());
+    info.comm[..n].copy_from_slice(&comm.as_bytes()[..n]);
+    info
 }
 
 fn reconciler() -> Reconciler {
@@ -389,6 +399,51 @@ fn ended_entries_take_late_pieces_until_their_ttl_runs_out() {
 }
 
 #[test]
+fn a_late_piece_adds_its_counts_to_what_an_ended_group_kept() {
+    let mut host = Fake::default();
+    let mut rec = Reconciler::new(Measured {
+        page_cache: true,
+        softirq: true,
+        hw_counters: true,
+    });
+    let a = key(7, SEC);
+    let counted = |cpu_ns, cycles| {
+        let mut r = record(7, SEC, cpu_ns, "w");
+        r.totals.switches = 2;
+        r.totals.cycles = cycles;
+        r.totals.irq_block = cycles / 10;
+        r
+    };
+    let counts = |step: &Step| {
+        let p = step.processes.iter().find(|p| p.key == a).unwrap();
+        let c = p.counters.as_deref().unwrap();
+        (c.context_switches, c.cpu_cycles, c.irq_block)
+    };
+    // Kept with its counts, then without any (a piece with only CPU time and switches).
+    rec.queue_exits(&host, [counted(100, 1_000)]);
+    let step = rec.step(&mut host, &mut Observed::default());
+    assert_eq!(counts(&step), (Some(2), Some(1_000), Some(100)));
+    rec.queue_exits(&host, [counted(5, 0)]);
+    let step = rec.step(&mut host, &mut Observed::default());
+    assert_eq!(reports(&step, a), [(105, true, "w".into())]);
+    assert_eq!(counts(&step), (Some(4), Some(1_000), Some(100)));
+    rec.queue_exits(&host, [counted(5, 50)]);
+    let step = rec.step(&mut host, &mut Observed::default());
+    assert_eq!(reports(&step, a), [(110, true, "w".into())]);
+    assert_eq!(counts(&step), (Some(6), Some(1_050), Some(105)));
+}
+
+#[test]
+fn what_an_exit_is_kept_in_is_small() {
+    // Thousands of each are held under churn: the exits of an interval, and the ended groups
+    // of the last snapshot.
+    let pending = std::mem::size_of::<(ProcessKey, (Kept, ExitInfo))>();
+    assert!(pending <= 96, "{pending}");
+    let ended = std::mem::size_of::<(ProcessKey, Ended)>();
+    assert!(ended <= 88, "{ended}");
+}
+
+#[test]
 fn a_piece_later_than_the_attributions_hold_is_reported_on_its_own() {
     let (mut rec, mut host, a) = just_ended();
     // The next snapshot: still merged.
@@ -551,12 +606,7 @@ fn an_exited_process_keeps_its_live_description_else_takes_its_record() {
     assert_eq!(reports(&step, key(8, SEC)), [(3, true, "sleep".into())]);
     assert_eq!(reports(&step, key(9, SEC)), [(4, true, "cron".into())]);
     assert_eq!(host.descriptions(key(7, SEC)), 1);
-    let exit = |comm: &str| {
-        Some(ExitInfo {
-            comm: comm.into(),
-            cpu_cgroup_id: 0,
-        })
-    };
+    let exit = |comm: &str| Some(exit_info(comm, 0));
     assert!(host.described.contains(&(key(8, SEC), exit("sleep"))));
     assert!(host.described.contains(&(key(9, SEC), exit("cron"))));
 }
@@ -569,15 +619,13 @@ fn exit_pieces_add_up() {
         switches: 1,
         ..Default::default()
     };
-    let named = ExitInfo {
-        comm: "worker".into(),
-        cpu_cgroup_id: 3,
-    };
+    let named = exit_info("worker", 3);
     let mut exits = Exits::default();
     merge_exit(&mut exits, key, piece(10), ExitInfo::default());
     merge_exit(&mut exits, key, piece(5), named.clone());
     merge_exit(&mut exits, key, piece(1), ExitInfo::default());
-    let (t, info) = &exits[&key];
+    let (kept, info) = &exits[&key];
+    let t = kept.totals();
     assert_eq!((t.cpu_ns, t.switches), (16, 3));
     assert_eq!(info, &named);
 }
@@ -672,6 +720,17 @@ fn an_entry_marked_exited_is_collected_at_the_next_snapshot() {
     rec.queue_exits(&host, [record(7, SEC, 510, "")]);
     let step = rec.step(&mut host, &mut Observed::default());
     assert_eq!(reports(&step, key(7, SEC)), [(510, true, "p7".into())]);
+}
+
+#[test]
+fn drains_stop_at_half_the_pending_bound() {
+    let host = Fake::default();
+    let mut rec = reconciler();
+    let half = MAX_PENDING as u32 / 2;
+    rec.queue_exits(&host, (1..half).map(|pid| record(pid, SEC, 1, "b")));
+    assert!(rec.room_for_drains());
+    rec.queue_exits(&host, [record(half, SEC, 1, "b")]);
+    assert!(!rec.room_for_drains());
 }
 
 #[test]
