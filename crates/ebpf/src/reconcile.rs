@@ -81,6 +81,16 @@ impl ExitInfo {
         crate::abi::comm_text(&self.comm)
     }
 
+    /// A record's command name with every byte after its end zeroed: the kernel copies the
+    /// name up to its NUL into ring memory that earlier records used, so what follows is left
+    /// over, and exits alike must compare alike (they share one description).
+    pub(crate) fn comm_bytes(mut comm: [u8; 16]) -> [u8; 16] {
+        if let Some(end) = comm.iter().position(|&b| b == 0) {
+            comm.iter_mut().skip(end).for_each(|b| *b = 0);
+        }
+        comm
+    }
+
     pub(crate) fn has_no_comm(&self) -> bool {
         self.comm.first().is_none_or(|&b| b == 0)
     }
@@ -318,7 +328,7 @@ impl Reconciler {
                 continue;
             }
             let info = ExitInfo {
-                comm: r.comm,
+                comm: ExitInfo::comm_bytes(r.comm),
                 cpu_cgroup_id: r.cpu_cgroup_id,
             };
             merge_exit(&mut self.pending, key, r.totals, info);

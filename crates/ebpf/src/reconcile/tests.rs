@@ -612,6 +612,23 @@ fn an_exited_process_keeps_its_live_description_else_takes_its_record() {
 }
 
 #[test]
+fn what_follows_a_command_name_is_not_part_of_it() {
+    let host = Fake::default();
+    let mut rec = reconciler();
+    // The same name over what earlier, longer records left in the ring.
+    let mut a = record(7, SEC, 1, "true");
+    a.comm[5..].copy_from_slice(b"left-behind");
+    let b = record(8, SEC, 1, "true");
+    rec.queue_exits(&host, [a, b]);
+    let infos: Vec<ExitInfo> = rec.pending.values().map(|(_, e)| e.clone()).collect();
+    assert_eq!(infos.len(), 2);
+    assert_eq!(infos[0], infos[1]);
+    assert_eq!(infos[0].comm(), "true");
+    let full = *b"sixteen-bytes-!!";
+    assert_eq!(ExitInfo::comm_bytes(full), full);
+}
+
+#[test]
 fn exit_pieces_add_up() {
     let key = key(7, SEC);
     let piece = |cpu_ns| TaskTotals {
