@@ -343,7 +343,7 @@ impl Ticker {
                     self.reader_gone.notify_one();
                 }
                 // Each exited process leaves small blocks freed in the sampler thread's arena
-                // (its description's and counters' share); after thousands in one tick, glibc
+                // (its reading's boxed counters above all); after thousands in one tick, glibc
                 // kept ~1.5 MB of such free pages resident at 1,000 exits a second. They
                 // come back as page faults at the next such tick, a few hundred at most.
                 if self.sampler.exited_last_tick() >= RELEASE_AFTER_EXITED {

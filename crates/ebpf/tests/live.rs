@@ -349,6 +349,46 @@ fn never_decreases_with(accounting: Accounting) {
     );
 }
 
+/// Exited processes of container `id` that `snaps` report.
+fn exited_in(snaps: &[UsageSnapshot], id: &str) -> usize {
+    snaps
+        .iter()
+        .flat_map(|s| &s.processes)
+        .filter(|p| {
+            p.exited
+                && p.info
+                    .workload
+                    .container
+                    .as_ref()
+                    .is_some_and(|c| c.id == id)
+        })
+        .count()
+}
+
+/// CPU time attributed to container `id` over consecutive `snaps`.
+fn attributed_over(snaps: &[UsageSnapshot], id: &str, counts_from_start: bool) -> Duration {
+    snaps
+        .windows(2)
+        .map(|w| container_cpu(&w[0], &w[1], id, counts_from_start))
+        .sum()
+}
+
+/// Runs `with` for each accounting, as root, with cgroup2 mounted (the test skips otherwise),
+/// one live test at a time.
+fn each_accounting_in_cgroup2(test: &str, with: fn(&std::path::Path, Accounting)) {
+    if skip_unless_root(test) {
+        return;
+    }
+    let Some(root) = cgroup2_mount() else {
+        skip(test, "no cgroup2 mount");
+        return;
+    };
+    let _serial = SERIAL.lock().unwrap_or_else(PoisonError::into_inner);
+    for accounting in ACCOUNTINGS {
+        with(&root, accounting);
+    }
+}
+
 /// Runs the burst scenario against one source: snapshots every `tick` while a launcher in a
 /// container-like cgroup forks `n` processes of `each` CPU. Returns (attributed to the
 /// container, the cgroup's own usage, exited processes seen in the container).
@@ -382,30 +422,13 @@ fn burst_scenario(
     let id = &cgroup.container_id;
     // An exit comes at its last thread's final switch, which can follow the wake-up of its
     // parent: a few more snapshots collect the last of them.
-    let exited_in = |snaps: &[UsageSnapshot]| {
-        snaps
-            .iter()
-            .flat_map(|s| &s.processes)
-            .filter(|p| {
-                p.exited
-                    && p.info
-                        .workload
-                        .container
-                        .as_ref()
-                        .is_some_and(|c| &c.id == id)
-            })
-            .count()
-    };
     let deadline = Instant::now() + Duration::from_secs(3);
-    while exited_in(&snaps) <= n as usize && Instant::now() < deadline {
+    while exited_in(&snaps, id) <= n as usize && Instant::now() < deadline {
         std::thread::sleep(Duration::from_millis(50));
         snaps.push(src.snapshot().unwrap());
     }
-    let attributed = snaps
-        .windows(2)
-        .map(|w| container_cpu(&w[0], &w[1], id, src.counts_from_start()))
-        .sum();
-    (attributed, used, exited_in(&snaps))
+    let attributed = attributed_over(&snaps, id, src.counts_from_start());
+    (attributed, used, exited_in(&snaps, id))
 }
 
 #[test]
@@ -474,18 +497,7 @@ fn short_lived_burst_reaches_its_container() {
 /// still gets all of its CPU time, every process is reported exited, and nothing counts as lost.
 #[test]
 fn exits_beyond_a_full_ring_are_not_lost() {
-    let test = "exits_beyond_a_full_ring_are_not_lost";
-    if skip_unless_root(test) {
-        return;
-    }
-    let Some(root) = cgroup2_mount() else {
-        skip(test, "no cgroup2 mount");
-        return;
-    };
-    let _serial = SERIAL.lock().unwrap_or_else(PoisonError::into_inner);
-    for accounting in ACCOUNTINGS {
-        full_ring_with(&root, accounting);
-    }
+    each_accounting_in_cgroup2("exits_beyond_a_full_ring_are_not_lost", full_ring_with);
 }
 
 fn full_ring_with(root: &std::path::Path, accounting: Accounting) {
@@ -526,18 +538,10 @@ fn full_ring_with(root: &std::path::Path, accounting: Accounting) {
 /// to nothing deferred, every process reported, the container credited what its cgroup used.
 #[test]
 fn a_ring_drained_between_snapshots_keeps_up_with_churn() {
-    let test = "a_ring_drained_between_snapshots_keeps_up_with_churn";
-    if skip_unless_root(test) {
-        return;
-    }
-    let Some(root) = cgroup2_mount() else {
-        skip(test, "no cgroup2 mount");
-        return;
-    };
-    let _serial = SERIAL.lock().unwrap_or_else(PoisonError::into_inner);
-    for accounting in ACCOUNTINGS {
-        drained_ring_with(&root, accounting);
-    }
+    each_accounting_in_cgroup2(
+        "a_ring_drained_between_snapshots_keeps_up_with_churn",
+        drained_ring_with,
+    );
 }
 
 fn drained_ring_with(root: &std::path::Path, accounting: Accounting) {
@@ -600,22 +604,8 @@ fn drained_ring_with(root: &std::path::Path, accounting: Accounting) {
         snaps.push(src.snapshot().unwrap());
     }
     let id = &cg.container_id;
-    let attributed: Duration = snaps
-        .windows(2)
-        .map(|w| container_cpu(&w[0], &w[1], id, src.counts_from_start()))
-        .sum();
-    let exited = snaps
-        .iter()
-        .flat_map(|s| &s.processes)
-        .filter(|p| {
-            p.exited
-                && p.info
-                    .workload
-                    .container
-                    .as_ref()
-                    .is_some_and(|c| &c.id == id)
-        })
-        .count();
+    let attributed = attributed_over(&snaps, id, src.counts_from_start());
+    let exited = exited_in(&snaps, id);
     let share = attributed.as_secs_f64() / used.as_secs_f64();
     println!(
         "{accounting:?}: {N} × {each:?} through a ~200-record ring, {interval:?} intervals: \
