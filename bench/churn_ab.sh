@@ -30,7 +30,13 @@ sampler_cpu() {
 }
 scrape=${SCRAPE:-}
 faults() { awk '{print $10}' "/proc/$1/stat"; }
-printf '| round | build | agent user+system CPU (%% of one core) | of which the sampler thread | minor faults/s | RSS (MiB) |\n|---|---|---|---|---|---|\n'
+# The accounting each agent chose at start (eBPF source): on a host near the break-even switch
+# rate two agents may choose differently, and their CPU then does not compare.
+accounting() {
+  curl -s "http://127.0.0.1:$1/metrics" |
+    sed -n 's/^kepler_agent_ebpf_accounting_info{accounting="\([a-z_]*\)".*/\1/p' | head -n 1
+}
+printf '| round | build | agent user+system CPU (%% of one core) | of which the sampler thread | minor faults/s | RSS (MiB) | accounting |\n|---|---|---|---|---|---|---|\n'
 for r in $(seq "$rounds"); do
   order=("$a" "$b")
   [ $((r % 2)) = 0 ] && order=("$b" "$a")
@@ -65,10 +71,11 @@ for r in $(seq "$rounds"); do
   for i in 0 1; do
     p=${agents[$i]}
     rss=$(awk '/VmRSS/ {print $2}' "/proc/$p/status")
-    printf '| %s | %s | %.3f | %.3f | %d | %.1f |\n' "$r" "${order[$i]}" \
+    printf '| %s | %s | %.3f | %.3f | %d | %.1f | %s |\n' "$r" "${order[$i]}" \
       "$(echo "($(cpu "$p")-${c0[$i]})*100/25000000000" | bc -l)" \
       "$(echo "($(sampler_cpu "$p")-${s0[$i]})*100/25000000000" | bc -l)" \
-      $(( ($(faults "$p") - ${f0[$i]}) / 25 )) "$(echo "$rss/1024" | bc -l)"
+      $(( ($(faults "$p") - ${f0[$i]}) / 25 )) "$(echo "$rss/1024" | bc -l)" \
+      "$(accounting "${ports[$i]}")"
   done
   [ -n "$scraper" ] && kill "$scraper"
   kill "${agents[@]}"

@@ -149,16 +149,20 @@ struct {
 	__type(value, struct pass_slot);
 } pass_out SEC(".maps");
 
+/* Mapped by user space, which reads it every snapshot without a syscall, as it does kstats. */
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
 	__uint(max_entries, 1);
+	__uint(map_flags, BPF_F_MMAPABLE);
 	__type(key, __u32);
 	__type(value, struct pass_fill);
 } pass_fill SEC(".maps");
 
+/* Mapped by user space, like pass_fill. */
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
 	__uint(max_entries, KSTAT_COUNT);
+	__uint(map_flags, BPF_F_MMAPABLE);
 	__type(key, __u32);
 	__type(value, __u64);
 } kstats SEC(".maps");

@@ -105,6 +105,9 @@ pub(crate) struct PassSlot {
     pub switches: u64,
 }
 
+// SAFETY: plain integers, `repr(C)`, no implicit padding.
+unsafe impl aya::Pod for PassSlot {}
+
 impl PassSlot {
     /// The reading as the process map's entry would give it after the pass.
     pub(crate) fn totals(&self) -> TaskTotals {

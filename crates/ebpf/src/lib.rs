@@ -40,6 +40,7 @@ mod fdpass;
 mod loader;
 mod map_batch;
 mod map_read;
+mod mapped;
 mod pass_out;
 mod perf;
 mod probes;

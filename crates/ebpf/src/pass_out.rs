@@ -9,10 +9,10 @@
 //! memory whatever the number of processes.
 
 use std::io;
-use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
-use std::ptr::NonNull;
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 
 use crate::abi::PassSlot;
+use crate::mapped::Mapping;
 
 /// Slots mapped at first.
 pub(crate) const FIRST_SLOTS: usize = 1024;
@@ -21,52 +21,7 @@ pub(crate) struct PassOut {
     map: OwnedFd,
     /// The array's slots.
     total: usize,
-    mapping: Mapping,
-}
-
-struct Mapping {
-    base: NonNull<PassSlot>,
-    slots: usize,
-    bytes: usize,
-}
-
-// SAFETY: the mapping is read-only and holds plain integers; it is unmapped only on drop.
-unsafe impl Send for Mapping {}
-
-impl Mapping {
-    fn new(map: BorrowedFd<'_>, slots: usize) -> io::Result<Mapping> {
-        let bytes = slots
-            .checked_mul(std::mem::size_of::<PassSlot>())
-            .filter(|&b| b > 0)
-            .ok_or_else(|| io::Error::other("no slots to map"))?;
-        // SAFETY: a fresh shared read-only mapping of a descriptor we hold; the kernel checks
-        // that the map allows it and that `bytes` lies within it.
-        let ptr = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                bytes,
-                libc::PROT_READ,
-                libc::MAP_SHARED,
-                map.as_raw_fd(),
-                0,
-            )
-        };
-        if ptr == libc::MAP_FAILED {
-            return Err(io::Error::last_os_error());
-        }
-        let base = NonNull::new(ptr.cast::<PassSlot>())
-            .ok_or_else(|| io::Error::other("mmap returned null"))?;
-        Ok(Mapping { base, slots, bytes })
-    }
-}
-
-impl Drop for Mapping {
-    fn drop(&mut self) {
-        // SAFETY: the mapping made in `new`, unmapped once.
-        unsafe {
-            libc::munmap(self.base.as_ptr().cast(), self.bytes);
-        }
-    }
+    mapping: Mapping<PassSlot>,
 }
 
 impl PassOut {
@@ -83,14 +38,14 @@ impl PassOut {
     /// Slots mapped now.
     #[cfg(test)]
     pub(crate) fn mapped(&self) -> usize {
-        self.mapping.slots
+        self.mapping.slots()
     }
 
     /// Grows the mapping, if need be, to hold the first `used` slots (no more than the array
     /// has).
     pub(crate) fn reserve(&mut self, used: usize) -> io::Result<()> {
         let used = used.min(self.total);
-        if used > self.mapping.slots {
+        if used > self.mapping.slots() {
             let slots = used
                 .checked_next_power_of_two()
                 .unwrap_or(used)
@@ -104,12 +59,6 @@ impl PassOut {
     /// Read after the pass, which ran in this thread's own read of the iterator: nothing
     /// writes them meanwhile.
     pub(crate) fn slots(&self, used: usize) -> impl Iterator<Item = PassSlot> + '_ {
-        let mapping = &self.mapping;
-        (0..used.min(mapping.slots)).map(move |i| {
-            // SAFETY: `i` is below the number of slots mapped, the mapping lives as long as
-            // the borrow of `self`, and every bit pattern is a valid `PassSlot`. Volatile: the
-            // kernel writes this memory, which the compiler cannot see.
-            unsafe { std::ptr::read_volatile(mapping.base.as_ptr().add(i)) }
-        })
+        (0..used).map_while(|i| self.mapping.get(i))
     }
 }

@@ -19,6 +19,7 @@ use crate::cgroups::{cgroup2_mount, cgroup_v1_mount, CgroupResolver};
 use crate::loader;
 use crate::map_batch::{BatchError, BatchMap};
 use crate::map_read::{LoadedTasks, TaskReader};
+use crate::mapped::{map_array, Mapping};
 use crate::probes::{OptionalProbe, ProbeState, Probes};
 use crate::reconcile::{ExitInfo, FastMap, Host, Keys, Measured, Observed, Reconciler};
 use crate::{proc, unseen, EbpfSettings, EbpfStats};
@@ -55,6 +56,9 @@ pub struct EbpfSource {
     unseen: Vec<unseen::Unseen>,
     /// Iterator accounting: the passes' mapped output, when the kernel lets it be mapped.
     pass_reads: Option<iterator::PassReads>,
+    /// The `kstats` array, mapped: read every snapshot without a syscall. `None` when it
+    /// cannot be (each count is then looked up).
+    kstats: Option<Mapping<u64>>,
     /// Snapshot interval, context switches and when they were read, at load: what the choice
     /// of accounting weighs.
     interval: Duration,
@@ -259,6 +263,9 @@ impl EbpfSource {
             tracing::warn!("no cgroup2 mount found: exited processes keep no cgroup path");
         }
         let measured = measured(&loaded.probes);
+        let kstats = map_array(&loaded.ebpf, names::KSTATS)
+            .inspect_err(|error| tracing::debug!(%error, "kstats looked up, not mapped"))
+            .ok();
         Ok(EbpfSource {
             ebpf: loaded.ebpf,
             exits: loaded.exits,
@@ -277,6 +284,7 @@ impl EbpfSource {
             snapshot_taken: false,
             unseen: Vec::new(),
             pass_reads: None,
+            kstats,
             interval: settings.interval,
             loaded_switches,
             drains: drain::Drains::new(loader::ring_size(settings.exit_buffer_bytes)),
@@ -397,6 +405,12 @@ impl EbpfSource {
 
     /// One of the kernel side's counts (`kstat`); 0 when it cannot be read.
     fn kstat(&self, which: u32) -> u64 {
+        if let Some(kstats) = &self.kstats {
+            return usize::try_from(which)
+                .ok()
+                .and_then(|i| kstats.get(i))
+                .unwrap_or(0);
+        }
         self.ebpf
             .map(names::KSTATS)
             .and_then(|map| Array::<&MapData, u64>::try_from(map).ok())
@@ -937,6 +951,13 @@ mod tests {
             let deferred = kstats.get(&kstat::EXITS_DEFERRED, 0).unwrap();
             kstats.set(kstat::EXITS_DEFERRED, deferred + 1, 0).unwrap();
         }
+        // Read through the mapping, which sees what the map holds.
+        assert!(src.kstats.is_some(), "kstats could not be mapped");
+        let counted = src.kstat(kstat::EXITS_DEFERRED);
+        assert!(counted >= 1);
+        src.kstats = None;
+        assert_eq!(counted, src.kstat(kstat::EXITS_DEFERRED));
+        src.kstats = map_array(&src.ebpf, names::KSTATS).ok();
         let snap = src.snapshot().unwrap();
         assert_eq!(reported(&snap), [(Duration::from_millis(5), true)]);
         assert!(tasks(&mut src).get(&TGID, 0).is_err(), "entry collected");

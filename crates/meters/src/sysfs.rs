@@ -54,18 +54,39 @@ impl From<AttrError> for ReadError {
 /// the cost (one open per zone per tick) is negligible next to the tick interval.
 pub(crate) fn read_into(path: &Path, buf: &mut String) -> Result<(), AttrError> {
     buf.clear();
+    let io = |source| AttrError::Io {
+        path: path.display().to_string(),
+        source,
+    };
     // Non-blocking and bounded: a FIFO or an endless file in place of an attribute must
     // neither hang the sampler nor fill memory.
-    kepler_sources::bounded::open_nonblocking(path)
-        .and_then(|f| {
-            f.take(kepler_sources::bounded::limits::PROC_FILE as u64)
-                .read_to_string(buf)
-        })
-        .map(|_| ())
-        .map_err(|source| AttrError::Io {
-            path: path.display().to_string(),
-            source,
-        })
+    let mut file = kepler_sources::bounded::open_nonblocking(path).map_err(io)?;
+    // An attribute is one line that the kernel hands over in one read: a short read ending in a
+    // newline is all of it, without a second read to find the end.
+    let mut first = [0u8; 64];
+    let n = loop {
+        match file.read(&mut first) {
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            read => break read.map_err(io)?,
+        }
+    };
+    let head = first.get(..n).unwrap_or_default();
+    let mut bytes = Vec::new();
+    if n > 0 && (n == first.len() || head.last() != Some(&b'\n')) {
+        // Longer, or handed over in pieces: the rest as it comes, the whole bounded.
+        bytes.extend_from_slice(head);
+        let rest = kepler_sources::bounded::limits::PROC_FILE.saturating_sub(n);
+        file.take(rest as u64).read_to_end(&mut bytes).map_err(io)?;
+    }
+    let text = if bytes.is_empty() { head } else { &bytes };
+    let text = std::str::from_utf8(text).map_err(|_| {
+        io(io::Error::new(
+            io::ErrorKind::InvalidData,
+            "stream did not contain valid UTF-8",
+        ))
+    })?;
+    buf.push_str(text);
+    Ok(())
 }
 
 pub(crate) fn read_u64(path: &Path, buf: &mut String) -> Result<u64, AttrError> {
@@ -242,5 +263,22 @@ mod tests {
         assert_eq!(read_u64(&p, &mut buf).unwrap(), 42);
         std::fs::write(&p, "-7\n").unwrap();
         assert_eq!(read_i64(&p, &mut buf).unwrap(), -7);
+    }
+
+    #[test]
+    fn attributes_of_any_length_read_whole() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("label");
+        let mut buf = String::new();
+        // Past the first read's buffer, a multi-byte character across its end; no newline;
+        // empty.
+        let long = format!("{}é{}\n", "a".repeat(63), "b".repeat(200));
+        for text in [long.as_str(), "no newline", "", "x\n", "\n"] {
+            std::fs::write(&p, text).unwrap();
+            read_into(&p, &mut buf).unwrap();
+            assert_eq!(buf, text);
+        }
+        std::fs::write(&p, b"\xff\n").unwrap();
+        assert!(read_into(&p, &mut buf).is_err());
     }
 }

@@ -5,11 +5,12 @@ use std::os::fd::AsFd;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use aya::maps::{Array, HashMap as BpfHashMap, Map, MapData};
+use aya::maps::{HashMap as BpfHashMap, Map, MapData};
 use kepler_core::ReadError;
 
 use super::{Accounting, EbpfSource};
 use crate::abi::{kstat, names, PassFill, TaskTotals};
+use crate::mapped::{map_array, Mapping};
 use crate::pass_out::PassOut;
 use crate::probes::OptionalProbe;
 use crate::reconcile::Keys;
@@ -210,10 +211,12 @@ impl EbpfSource {
     pub(super) fn read_unseen(&mut self) {
         for process in &mut self.unseen {
             let pid = process.pid;
-            let Some((key, leader_ended)) = self.procfs.process_key_ended(pid) else {
-                continue;
-            };
-            let Some((runtime, slices)) = process.live_threads(leader_ended) else {
+            let Some(unseen::UnseenReading {
+                key,
+                runtime_ns: runtime,
+                slices,
+            }) = process.read(&mut self.procfs)
+            else {
                 continue;
             };
             let start_ns = u64::try_from(key.start_time.as_nanos()).unwrap_or(u64::MAX);
@@ -244,6 +247,8 @@ const FULL_READ_EVERY: u32 = 12;
 /// Reading passes from `pass_out` rather than from the process map, and when not to.
 pub(super) struct PassReads {
     out: PassOut,
+    /// `pass_fill`, mapped.
+    fill: Mapping<PassFill>,
     /// Snapshots since the process map was last read whole.
     since_full: u32,
     /// The `kstats` counts of exits deferred (their entries wait in the map, marked) and of
@@ -253,7 +258,7 @@ pub(super) struct PassReads {
 }
 
 impl PassReads {
-    /// `None` when the array cannot be mapped (a kernel before 5.5, or a map without the
+    /// `None` when the arrays cannot be mapped (a kernel before 5.5, or maps without the
     /// flag): every pass is then read from the process map, as before.
     fn new(ebpf: &crate::loader::Attached) -> Option<PassReads> {
         let Some(Map::Array(data)) = ebpf.map(names::PASS_OUT) else {
@@ -266,9 +271,10 @@ impl PassReads {
                 let slots = usize::try_from(info.max_entries()).unwrap_or(0);
                 PassOut::map(data.fd().as_fd(), slots)
             });
-        match mapped {
-            Ok(out) => Some(PassReads {
+        match mapped.and_then(|out| Ok((out, map_array(ebpf, names::PASS_FILL)?))) {
+            Ok((out, fill)) => Some(PassReads {
                 out,
+                fill,
                 since_full: FULL_READ_EVERY,
                 counts_at_full: (0, 0),
             }),
@@ -303,10 +309,10 @@ impl EbpfSource {
             self.kstat(kstat::EXITS_DEFERRED),
             self.kstat(kstat::PASS_OUT_FULL),
         );
-        let fill = self.pass_fill();
         let Some(reads) = self.pass_reads.as_mut() else {
             return self.read_live();
         };
+        let fill = reads.fill.get(0);
         reads.since_full += 1;
         let used = match fill {
             Some(fill)
@@ -351,13 +357,5 @@ impl EbpfSource {
                 self.observed.live.insert(process.pid, t);
             }
         }
-    }
-
-    fn pass_fill(&self) -> Option<PassFill> {
-        let map = self.ebpf.map(names::PASS_FILL)?;
-        Array::<&MapData, PassFill>::try_from(map)
-            .ok()?
-            .get(&0, 0)
-            .ok()
     }
 }

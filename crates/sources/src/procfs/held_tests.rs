@@ -56,12 +56,7 @@ fn truth(pid: u32) -> (Duration, Duration) {
 
 /// How many of this test process's descriptors are `stat` files of `pid`.
 fn held_for(pid: u32) -> usize {
-    let target = format!("/proc/{pid}/stat");
-    fs::read_dir("/proc/self/fd")
-        .unwrap()
-        .filter_map(|e| fs::read_link(e.ok()?.path()).ok())
-        .filter(|t| t.as_os_str() == target.as_str())
-        .count()
+    held(&format!("/proc/{pid}/stat"))
 }
 
 /// CPU time and start time the snapshot reports for `pid`.
@@ -176,4 +171,43 @@ fn no_more_files_are_held_than_the_budget() {
     source.snapshot().unwrap();
     let others = sleepers.iter().enumerate().filter(|(i, _)| *i != held_one);
     assert_eq!(others.map(|(_, s)| held_for(s.0.id())).sum::<usize>(), 1);
+}
+
+/// How many of this test process's descriptors are `target`.
+fn held(target: &str) -> usize {
+    fs::read_dir("/proc/self/fd")
+        .unwrap()
+        .filter_map(|e| fs::read_link(e.ok()?.path()).ok())
+        .filter(|t| t.as_os_str() == target)
+        .count()
+}
+
+#[test]
+fn the_node_stat_of_procfs_is_held_and_read_afresh_and_a_fixture_one_is_not_held() {
+    let mut reader = super::ProcfsReader::new("/proc").unwrap();
+    let before = held("/proc/stat");
+    let first = reader.read_node_cpu_times().unwrap();
+    assert_eq!(held("/proc/stat"), before + 1, "held after the first read");
+    // Idle time counts too, so the node's total grows with the wall clock: a held file that
+    // read stale would show the first total again.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let mut last = first;
+    while last.total == first.total && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+        last = reader.read_node_cpu_times().unwrap();
+    }
+    assert!(last.total > first.total, "the held file read stale");
+    assert_eq!(held("/proc/stat"), before + 1, "one file, read again");
+    drop(reader);
+    assert_eq!(held("/proc/stat"), before, "closed with the reader");
+
+    let dir = fixture_root();
+    let stat = dir.path().join("stat");
+    let mut fixture = super::ProcfsReader::new(dir.path()).unwrap();
+    fixture.read_node_cpu_times().unwrap();
+    assert_eq!(
+        held(stat.to_str().unwrap()),
+        0,
+        "a fixture file is not held"
+    );
 }

@@ -25,7 +25,7 @@ use kepler_core::{
     UsageSource,
 };
 
-pub use reader::{ProcessDescription, ProcfsReader};
+pub use reader::{ProcessDescription, ProcessState, ProcfsReader};
 
 use parse::{PidStat, PF_KTHREAD};
 use read::io_error;

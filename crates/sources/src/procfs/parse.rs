@@ -12,6 +12,8 @@ pub(crate) struct PidStat<'a> {
     pub flags: u64,
     pub utime: u64,
     pub stime: u64,
+    /// `num_threads`: the group's threads, an ended leader among them until the group ends.
+    pub threads: u64,
     pub start_time: u64,
 }
 
@@ -33,13 +35,15 @@ pub(crate) fn parse_pid_stat(line: &[u8]) -> Option<PidStat<'_>> {
     let flags = parse_u64(fields.nth(9 - 4)?)?;
     let utime = parse_u64(fields.nth(14 - 9 - 1)?)?;
     let stime = parse_u64(fields.next()?)?;
-    let start_time = parse_u64(fields.nth(22 - 15 - 1)?)?;
+    let threads = parse_u64(fields.nth(20 - 15 - 1)?)?;
+    let start_time = parse_u64(fields.nth(22 - 20 - 1)?)?;
     Some(PidStat {
         comm,
         ended,
         flags,
         utime,
         stime,
+        threads,
         start_time,
     })
 }

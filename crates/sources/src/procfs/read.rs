@@ -2,6 +2,8 @@
 
 use std::fs::File;
 use std::io::{self, Read};
+use std::os::unix::fs::FileExt;
+use std::os::unix::io::AsRawFd;
 use std::path::Path;
 
 use kepler_core::ReadError;
@@ -31,19 +33,47 @@ impl Buffer {
     /// which procfs answers with 0 anyway: two wasted syscalls per file per tick. A file
     /// larger than [`limits::PROC_FILE`] is an error.
     pub fn read_all(&mut self, path: &Path) -> io::Result<&[u8]> {
-        self.fill(path, false, limits::PROC_FILE, false)
+        self.fill(path, limits::PROC_FILE, false)
     }
 
     /// Reads at most `cap` bytes of the file, the rest left unread (a `cmdline` is kept only
     /// up to what a label needs).
     pub fn read_prefix(&mut self, path: &Path, cap: usize) -> io::Result<&[u8]> {
-        self.fill(path, false, cap, true)
+        self.fill(path, cap, true)
     }
 
-    /// Reads until the buffer holds a complete first line (or the file ends): `/proc/stat` is
-    /// tens of kilobytes on large hosts and only its first line is needed.
-    pub fn read_first_line(&mut self, path: &Path) -> io::Result<&[u8]> {
-        self.fill(path, true, limits::PROC_FILE, false)
+    /// Reads a file held open from its start until the buffer holds a complete first line (or
+    /// the file ends): `/proc/stat` is tens of kilobytes on large hosts and only its first line
+    /// is needed. One `pread` where the first line fits the buffer.
+    pub fn read_first_line_at(&mut self, file: &File) -> io::Result<&[u8]> {
+        self.len = 0;
+        loop {
+            if self.len >= limits::PROC_FILE {
+                return Err(too_large(limits::PROC_FILE));
+            }
+            if self.len == self.data.len() {
+                let grown = self.data.len() * 2;
+                self.data.resize(grown, 0);
+            }
+            let spare = self.data.get_mut(self.len..).unwrap_or_default();
+            match file.read_at(spare, self.len as u64) {
+                Ok(0) => break,
+                Ok(n) => {
+                    let start = self.len;
+                    self.len += n;
+                    if self
+                        .data
+                        .get(start..self.len)
+                        .is_some_and(|b| b.contains(&b'\n'))
+                    {
+                        break;
+                    }
+                }
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(self.bytes())
     }
 
     /// Reads the whole of a file held open, from its start (see
@@ -64,13 +94,7 @@ impl Buffer {
         }
     }
 
-    fn fill(
-        &mut self,
-        path: &Path,
-        first_line_only: bool,
-        cap: usize,
-        truncate: bool,
-    ) -> io::Result<&[u8]> {
+    fn fill(&mut self, path: &Path, cap: usize, truncate: bool) -> io::Result<&[u8]> {
         self.len = 0;
         // Non-blocking: a FIFO in place of a procfs file reads as empty rather than hanging.
         let mut file = open_nonblocking(path)?;
@@ -89,18 +113,7 @@ impl Buffer {
             let spare = self.data.get_mut(self.len..).unwrap_or_default();
             match file.read(spare) {
                 Ok(0) => break,
-                Ok(n) => {
-                    let start = self.len;
-                    self.len += n;
-                    if first_line_only
-                        && self
-                            .data
-                            .get(start..self.len)
-                            .is_some_and(|b| b.contains(&b'\n'))
-                    {
-                        break;
-                    }
-                }
+                Ok(n) => self.len += n,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
                 // A FIFO with a writer but no data.
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
@@ -143,4 +156,20 @@ pub(crate) fn user_hz() -> Option<u64> {
     // SAFETY: sysconf only reads a constant of the C library; no pointers are involved.
     let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
     u64::try_from(hz).ok().filter(|&hz| hz > 0)
+}
+
+/// Whether `file` is on a procfs mount, whose files the kernel writes afresh on each read and
+/// never replaces, so that one may be held open and read again.
+pub(crate) fn is_procfs(file: &File) -> bool {
+    const PROC_SUPER_MAGIC: libc::c_long = 0x9fa0;
+    let mut fs = std::mem::MaybeUninit::<libc::statfs>::uninit();
+    // SAFETY: the descriptor is open for the call's length (borrowed from `file`), and fstatfs
+    // writes at most one `statfs` into the buffer, which is only read once it reports success.
+    let rc = unsafe { libc::fstatfs(file.as_raw_fd(), fs.as_mut_ptr()) };
+    if rc != 0 {
+        return false;
+    }
+    // SAFETY: fstatfs returned 0, so it filled the whole struct.
+    let fs = unsafe { fs.assume_init() };
+    libc::c_long::from(fs.f_type) == PROC_SUPER_MAGIC
 }

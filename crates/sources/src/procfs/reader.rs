@@ -4,13 +4,16 @@
 
 use std::ffi::OsStr;
 use std::fs::{self, File};
+use std::io;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use kepler_core::{NodeCpuTimes, ProcessInfo, ProcessKey, ReadError, Unavailable};
 
 use super::parse::{self, PidStat, PF_KTHREAD};
-use super::read::{io_error, is_vanished, parse_error, user_hz, Buffer};
+use crate::bounded::open_nonblocking;
+
+use super::read::{io_error, is_procfs, is_vanished, parse_error, user_hz, Buffer};
 
 /// What `/proc/<pid>` tells about a process, as [`ProcfsReader::describe`] reads it.
 #[derive(Clone, Debug, PartialEq)]
@@ -20,6 +23,17 @@ pub struct ProcessDescription {
     /// `comm`, `exe`, `cmdline`, `cgroup_path` and `kernel_thread`; the rest (cgroup id,
     /// workload) is left at its default for the caller to fill in.
     pub info: ProcessInfo,
+}
+
+/// What a process's `stat` says of it as a whole ([`ProcfsReader::state_at`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ProcessState {
+    pub key: ProcessKey,
+    /// Its main thread has ended (a zombie, or being reaped); its other threads may still run.
+    pub leader_ended: bool,
+    /// Its threads as the kernel counts them (`num_threads`), an ended leader among them until
+    /// the whole group ends.
+    pub threads: u64,
 }
 
 /// Reads a procfs tree (`/proc`, or a fixture with the same layout) into a reused buffer.
@@ -32,6 +46,11 @@ pub struct ProcfsReader {
     /// `<root>/<pid>/<file>`, rebuilt in place for each read so it allocates only while growing.
     path: PathBuf,
     stat_path: PathBuf,
+    /// `<root>/stat`, held open once read when it is procfs' own: the node's CPU times are
+    /// read every tick, and a `pread` makes the kernel write the file afresh without an open
+    /// and a close around it. A file of a fixture tree is opened each time, as it may be
+    /// replaced between reads.
+    node_stat: Option<File>,
     uptime_path: PathBuf,
 }
 
@@ -43,6 +62,7 @@ impl ProcfsReader {
         let user_hz = user_hz().ok_or_else(|| Unavailable::new("sysconf(_SC_CLK_TCK) failed"))?;
         Ok(ProcfsReader {
             stat_path: root.join("stat"),
+            node_stat: None,
             uptime_path: root.join("uptime"),
             path: PathBuf::with_capacity(root.as_os_str().len() + 32),
             root,
@@ -66,10 +86,20 @@ impl ProcfsReader {
     /// and nice, so it is not added again), plus idle and iowait. Only the first line is read.
     pub fn read_node_cpu_times(&mut self) -> Result<NodeCpuTimes, ReadError> {
         let path = &self.stat_path;
+        let (file, held) = match self.node_stat.take() {
+            Some(file) => (file, true),
+            None => (
+                open_nonblocking(path).map_err(|e| io_error(path, e))?,
+                false,
+            ),
+        };
         let content = self
             .buf
-            .read_first_line(path)
+            .read_first_line_at(&file)
             .map_err(|e| io_error(path, e))?;
+        if held || is_procfs(&file) {
+            self.node_stat = Some(file);
+        }
         let cpu = parse::parse_cpu_line(content)
             .ok_or_else(|| parse_error(path, "no valid aggregate `cpu` line"))?;
         Ok(NodeCpuTimes {
@@ -114,6 +144,23 @@ impl ProcfsReader {
         Some((key, stat.ended))
     }
 
+    /// What the `stat` of `pid` held open says of the process as a whole, in one `pread`.
+    /// An error when it is gone or its line is unreadable (`InvalidData`).
+    pub fn state_at(&mut self, pid: u32, stat: &File) -> io::Result<ProcessState> {
+        let user_hz = self.user_hz;
+        let line = self.buf.read_all_at(stat)?;
+        let stat = parse::parse_pid_stat(line)
+            .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidData, "odd stat line"))?;
+        Ok(ProcessState {
+            key: ProcessKey {
+                pid,
+                start_time: parse::ticks_to_duration(stat.start_time, user_hz),
+            },
+            leader_ended: stat.ended,
+            threads: stat.threads,
+        })
+    }
+
     /// Reads everything that identifies the process now at `pid`, the way the procfs source
     /// does for a new process: `stat` (comm, kernel-thread flag, start time), then `exe` and
     /// `cmdline` (not for kernel threads, which have neither) and `cgroup`. `None` when the
@@ -138,8 +185,11 @@ impl ProcfsReader {
         Some(ProcessDescription { key, info })
     }
 
-    /// Opens `<root>/<pid_name>/stat` to be held and read again with [`Self::load_stat_at`].
-    pub(crate) fn open_stat(&mut self, pid_name: &OsStr) -> std::io::Result<File> {
+    /// Opens `<root>/<pid_name>/stat` to be held and read again with [`Self::load_stat_at`]
+    /// or [`Self::state_at`]. Held open, the file keeps reading the process it was opened for:
+    /// once that one is gone its reads fail (`ESRCH`) rather than show another that took the
+    /// pid.
+    pub fn open_stat(&mut self, pid_name: &OsStr) -> io::Result<File> {
         self.set_path(pid_name, "stat");
         crate::bounded::open_nonblocking(&self.path)
     }

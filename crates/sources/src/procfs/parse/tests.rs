@@ -15,6 +15,7 @@ fn stat_fields_by_number() {
             flags: 4194560,
             utime: 26,
             stime: 60,
+            threads: 11,
             start_time: 14,
         }
     );
