@@ -9,7 +9,10 @@
 # wakers 1000 (1,000 processes waking every second). Each round starts both agents afresh,
 # in alternating order, warms up 12 s and measures 25 s. SCRAPE=S scrapes each agent every S
 # seconds (staggered), as Prometheus would; the table then splits each agent's CPU between its
-# sampler thread (snapshots and attribution) and the others (HTTP: encoding and sending).
+# sampler thread (snapshots and attribution) and the others (HTTP: encoding and sending). The
+# scraper is one Python process that starts none: a fork would make the procfs source list
+# /proc again. CONFIG=FILE passes --config.file FILE to both (`ebpf: {enabled: false}` for the
+# procfs source).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 a=$1 b=$2 kind=${3:-churn} n=${4:-1000} interval=${5:-5s} rounds=${6:-3}
@@ -44,22 +47,26 @@ for r in $(seq "$rounds"); do
   ports=()
   for bin in "${order[@]}"; do
     port=$(free_port)
-    "$bin" --host.sysfs "$tmp" --web.listen-address 127.0.0.1:"$port" \
-      --monitor.interval "$interval" --log.level warn >/dev/null 2>&1 &
+    "$bin" ${CONFIG:+--config.file "$CONFIG"} --host.sysfs "$tmp" \
+      --web.listen-address 127.0.0.1:"$port" --monitor.interval "$interval" \
+      --log.level warn >/dev/null 2>&1 &
     agents+=($!)
     pids+=($!)
     ports+=("$port")
   done
   scraper=
   if [ -n "$scrape" ]; then
-    (
-      while true; do
-        for port in "${ports[@]}"; do
-          curl -s -o /dev/null "http://127.0.0.1:$port/metrics" || true
-          sleep "$(echo "$scrape/2" | bc -l)"
-        done
-      done
-    ) &
+    python3 -c '
+import sys, time, urllib.request
+period, ports = float(sys.argv[1]), sys.argv[2:]
+while True:
+    for port in ports:
+        try:
+            urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=30).read()
+        except OSError:
+            pass
+        time.sleep(period / len(ports))
+' "$scrape" "${ports[@]}" &
     scraper=$!
   fi
   sleep 12

@@ -253,6 +253,68 @@ fn identity_is_read_once_per_process_and_evicted_when_gone() {
 }
 
 #[test]
+fn a_kernel_thread_that_renames_itself_keeps_its_identity_and_takes_the_name() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path();
+    basic_tree(root);
+    let kworker = FakeProcess {
+        pid: 30,
+        comm: "kworker/0:1-events",
+        flags: 0x0420_8060,
+        start_ticks: 50,
+        exe: None,
+        cmdline: &[],
+        cgroup: "0::/\n",
+        ..FakeProcess::default()
+    };
+    write_process(root, &kworker);
+    let classifier = Arc::new(Counting::default());
+    let mut source = ProcfsSource::new(root.to_path_buf(), classifier.clone()).unwrap();
+    let calls = || classifier.0.load(Ordering::SeqCst);
+    let first = source.snapshot().unwrap();
+    assert_eq!(calls(), 4);
+    assert_eq!(find(&first, 30).unwrap().info.cgroup_path, "/");
+
+    // It serves another work queue: the new name, classified again; its cgroup is not read
+    // again (the file changed here only to show that).
+    write_process(
+        root,
+        &FakeProcess {
+            comm: "kworker/0:1-mm_percpu_wq",
+            utime: 5,
+            cgroup: "0::/elsewhere\n",
+            ..kworker
+        },
+    );
+    let second = source.snapshot().unwrap();
+    assert_eq!(calls(), 5);
+    let renamed = find(&second, 30).unwrap();
+    assert_eq!(renamed.info.comm, "kworker/0:1-mm_percpu_wq");
+    assert_eq!(renamed.info.cgroup_path, "/");
+    assert!(renamed.info.kernel_thread);
+    assert_eq!(renamed.cpu_time, ticks(5));
+    let third = source.snapshot().unwrap();
+    assert_eq!(calls(), 5, "the new name is kept");
+    assert!(Arc::ptr_eq(&renamed.info, &find(&third, 30).unwrap().info));
+
+    // A user process that changes its name has exec'd: everything is read again.
+    write_process(
+        root,
+        &FakeProcess {
+            comm: "renamed",
+            cgroup: "0::/moved.scope\n",
+            utime: 300,
+            stime: 200,
+            start_ticks: 2,
+            ..FakeProcess::default()
+        },
+    );
+    let fourth = source.snapshot().unwrap();
+    assert_eq!(calls(), 6);
+    assert_eq!(find(&fourth, 1).unwrap().info.cgroup_path, "/moved.scope");
+}
+
+#[test]
 fn many_processes_scan() {
     let dir = tempfile::tempdir().unwrap();
     common::write_many(dir.path(), 300);

@@ -173,6 +173,10 @@ fn no_more_files_are_held_than_the_budget() {
     assert_eq!(others.map(|(_, s)| held_for(s.0.id())).sum::<usize>(), 1);
 }
 
+/// Taken by the tests that read this host's `/proc/stat` and `/proc/uptime` through a reader:
+/// one of them counts this process's descriptors of those files.
+static NODE_FILES: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 /// How many of this test process's descriptors are `target`.
 fn held(target: &str) -> usize {
     fs::read_dir("/proc/self/fd")
@@ -183,7 +187,8 @@ fn held(target: &str) -> usize {
 }
 
 #[test]
-fn the_node_stat_of_procfs_is_held_and_read_afresh_and_a_fixture_one_is_not_held() {
+fn the_node_stat_and_uptime_of_procfs_are_held_and_read_afresh_and_a_fixture_s_are_not() {
+    let _alone = NODE_FILES.lock().unwrap_or_else(|e| e.into_inner());
     let mut reader = super::ProcfsReader::new("/proc").unwrap();
     let before = held("/proc/stat");
     let first = reader.read_node_cpu_times().unwrap();
@@ -198,6 +203,16 @@ fn the_node_stat_of_procfs_is_held_and_read_afresh_and_a_fixture_one_is_not_held
     }
     assert!(last.total > first.total, "the held file read stale");
     assert_eq!(held("/proc/stat"), before + 1, "one file, read again");
+    // So is the uptime, and it moves with the clock.
+    let held_uptime = held("/proc/uptime");
+    let up = reader.read_uptime().unwrap();
+    assert_eq!(held("/proc/uptime"), held_uptime + 1);
+    std::thread::sleep(Duration::from_millis(30));
+    assert!(
+        reader.read_uptime().unwrap() > up,
+        "the held uptime read stale"
+    );
+    assert_eq!(held("/proc/uptime"), held_uptime + 1);
     drop(reader);
     assert_eq!(held("/proc/stat"), before, "closed with the reader");
 
@@ -210,4 +225,85 @@ fn the_node_stat_of_procfs_is_held_and_read_afresh_and_a_fixture_one_is_not_held
         0,
         "a fixture file is not held"
     );
+    // Nor is its uptime; one written anew is read anew.
+    assert_eq!(fixture.read_uptime().unwrap(), Duration::from_secs(100));
+    let uptime = dir.path().join("uptime");
+    fs::write(&uptime, "200.50 0.00\n").unwrap();
+    assert_eq!(
+        fixture.read_uptime().unwrap(),
+        Duration::from_millis(200_500)
+    );
+    assert_eq!(held(uptime.to_str().unwrap()), 0);
+}
+
+/// Sets the `processes` line of a fixture's `stat`.
+fn set_forks(root: &Path, forks: u64) {
+    let text = format!("cpu  1 2 3 4 5 6 7 8 0 0\nctxt 10\nprocesses {forks}\n");
+    fs::write(root.join("stat"), text).unwrap();
+}
+
+fn pids(snapshot: &UsageSnapshot) -> Vec<u32> {
+    let mut pids: Vec<u32> = snapshot.processes.iter().map(|p| p.key.pid).collect();
+    pids.sort_unstable();
+    pids
+}
+
+#[test]
+fn without_a_fork_the_known_processes_are_read_and_the_tree_is_not_listed() {
+    let first = spawn("sleep 60");
+    let root = fixture_root();
+    set_forks(root.path(), 10);
+    link(root.path(), 4301, first.0.id());
+    let mut source = ProcfsSource::new(root.path().to_path_buf(), Arc::new(NoWorkloads)).unwrap();
+    source.reader.count_fixture_forks();
+    assert_eq!(pids(&source.snapshot().unwrap()), [4301]);
+
+    // A process the count does not tell of is not looked for: the tree is not listed.
+    let second = spawn("sleep 60");
+    link(root.path(), 4302, second.0.id());
+    let snapshot = source.snapshot().unwrap();
+    assert_eq!(pids(&snapshot), [4301]);
+    assert_eq!(seen(&snapshot, 4301).1, truth(first.0.id()).1);
+    // Once the count moves, it is.
+    set_forks(root.path(), 11);
+    assert_eq!(pids(&source.snapshot().unwrap()), [4301, 4302]);
+    assert_eq!(pids(&source.snapshot().unwrap()), [4301, 4302]);
+
+    // A known process that ends is missed at the next scan without a listing (its held file
+    // reads no more), and that scan lists the tree again at the next one.
+    drop(first);
+    assert_eq!(pids(&source.snapshot().unwrap()), [4302]);
+    let third = spawn("sleep 60");
+    link(root.path(), 4303, third.0.id());
+    assert_eq!(pids(&source.snapshot().unwrap()), [4302, 4303]);
+}
+
+#[test]
+fn a_fixture_tree_is_listed_at_every_scan_whatever_its_fork_count() {
+    let first = spawn("sleep 60");
+    let root = fixture_root();
+    set_forks(root.path(), 10);
+    link(root.path(), 4311, first.0.id());
+    let mut source = ProcfsSource::new(root.path().to_path_buf(), Arc::new(NoWorkloads)).unwrap();
+    assert_eq!(pids(&source.snapshot().unwrap()), [4311]);
+    let second = spawn("sleep 60");
+    link(root.path(), 4312, second.0.id());
+    assert_eq!(pids(&source.snapshot().unwrap()), [4311, 4312]);
+}
+
+#[test]
+fn procfs_counts_forks_and_the_source_sees_processes_start_and_end() {
+    let _alone = NODE_FILES.lock().unwrap_or_else(|e| e.into_inner());
+    let mut reader = super::ProcfsReader::new("/proc").unwrap();
+    let before = reader.read_node_stat().unwrap().forks.unwrap();
+    let mut source = ProcfsSource::new("/proc".into(), Arc::new(NoWorkloads)).unwrap();
+    source.snapshot().unwrap();
+    let child = spawn("sleep 60");
+    let pid = child.0.id();
+    assert!(reader.read_node_stat().unwrap().forks.unwrap() > before);
+    let snapshot = source.snapshot().unwrap();
+    assert_eq!(seen(&snapshot, pid).1, truth(pid).1);
+    drop(child);
+    let snapshot = source.snapshot().unwrap();
+    assert!(snapshot.processes.iter().all(|p| p.key.pid != pid));
 }

@@ -15,6 +15,7 @@ mod held_tests;
 
 use std::collections::HashMap;
 use std::ffi::OsStr;
+use std::fmt::Write as _;
 use std::fs::{self, File};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
@@ -25,7 +26,7 @@ use kepler_core::{
     UsageSource,
 };
 
-pub use reader::{ProcessDescription, ProcessState, ProcfsReader};
+pub use reader::{NodeStat, ProcessDescription, ProcessState, ProcfsReader};
 
 use parse::{PidStat, PF_KTHREAD};
 use read::io_error;
@@ -71,6 +72,14 @@ pub struct ProcfsSource {
     /// The most that may be held in this scan: [`held_stat_budget`] of `held_cap`.
     held_budget: usize,
     held_cap: usize,
+    /// The node's fork count read before the last listing of the tree that read every process
+    /// it named, kept while each scan since read every process known. While the count stays
+    /// the same no process can have started, so the known ones are read without a listing
+    /// (which costs about as much as reading every `stat` again).
+    listed_at_forks: Option<u64>,
+    /// Buffers of [`Self::read_known`], kept between scans.
+    known_pids: Vec<u32>,
+    pid_name: String,
 }
 
 impl ProcfsSource {
@@ -86,6 +95,9 @@ impl ProcfsSource {
             held: 0,
             held_budget: 0,
             held_cap: MAX_HELD_STAT_FILES,
+            listed_at_forks: None,
+            known_pids: Vec::new(),
+            pid_name: String::new(),
         };
         let reader = &mut source.reader;
         reader
@@ -145,24 +157,31 @@ impl ProcfsSource {
         };
         let cpu_time = parse::ticks_to_duration(utime.saturating_add(stime), user_hz);
         let comm = String::from_utf8_lossy(comm);
+        let kernel_thread = flags & PF_KTHREAD != 0;
         // A changed comm on the same (pid, start time) means an exec: refresh what was cached.
-        let cached = self
-            .cache
-            .get_mut(&pid)
-            .filter(|c| c.start_ticks == start_time && c.info.comm == comm);
+        // A kernel thread renames itself without one (a kworker's name shows the work queue it
+        // serves), keeping its cgroup, so only the name is new.
+        let cached = self.cache.get_mut(&pid).filter(|c| {
+            c.start_ticks == start_time
+                && (c.info.comm == comm || (kernel_thread && c.info.kernel_thread))
+        });
         let info = match cached {
             Some(cached) => {
                 cached.generation = self.generation;
                 if opened.is_some() {
                     cached.stat = opened;
                 }
+                if cached.info.comm != comm {
+                    let mut info = ProcessInfo::clone(&cached.info);
+                    info.comm = comm.into_owned();
+                    info.workload = self.classifier.classify_process(pid, &info);
+                    cached.info = Arc::new(info);
+                }
                 cached.info.clone()
             }
             None => {
                 let comm = comm.into_owned();
-                let mut info =
-                    self.reader
-                        .read_identity(pid_name, comm, flags & PF_KTHREAD != 0)?;
+                let mut info = self.reader.read_identity(pid_name, comm, kernel_thread)?;
                 info.workload = self.classifier.classify_process(pid, &info);
                 let info = Arc::new(info);
                 // A file already held for this pid showed the new process, so it stays.
@@ -197,30 +216,20 @@ impl UsageSource for ProcfsSource {
     fn snapshot(&mut self) -> Result<UsageSnapshot, ReadError> {
         // Uptime is read before the scan: a process that starts during the scan and is missed
         // then has a start time after this uptime, so the next tick counts all its CPU time.
-        let node = self.reader.read_node_cpu_times()?;
+        // The fork count is read before it too: a process started after it counts, so the next
+        // scan lists the tree.
+        let NodeStat { cpu: node, forks } = self.reader.read_node_stat()?;
         let uptime = self.reader.read_uptime()?;
         self.generation = self.generation.wrapping_add(1);
         // Asked each scan: the HTTP server raises the limit after this source is made.
         self.held_budget = held_stat_budget(self.held_cap);
         let mut processes = Vec::with_capacity(self.last_count + self.last_count / 8 + 16);
-        let root = self.reader.root();
-        let dir = fs::read_dir(root).map_err(|e| io_error(root, e))?;
-        for entry in dir {
-            let entry = match entry {
-                Ok(entry) => entry,
-                Err(e) => {
-                    tracing::debug!(error = %e, "skipping unreadable procfs entry");
-                    continue;
-                }
-            };
-            let name = entry.file_name();
-            let Some(pid) = parse::parse_pid(name.as_bytes()) else {
-                continue;
-            };
-            if let Some(process) = self.read_process(pid, &name) {
-                processes.push(process);
-            }
-        }
+        let complete = match forks {
+            Some(forks) if self.listed_at_forks == Some(forks) => self.read_known(&mut processes),
+            _ => self.read_listed(&mut processes)?,
+        };
+        // A process not read (gone, or unreadable this time) makes the next scan list again.
+        self.listed_at_forks = forks.filter(|_| complete);
         let generation = self.generation;
         self.cache.retain(|_, c| c.generation == generation);
         self.held = self.cache.values().filter(|c| c.stat.is_some()).count();
@@ -230,6 +239,57 @@ impl UsageSource for ProcfsSource {
             node,
             processes,
         })
+    }
+}
+
+impl ProcfsSource {
+    /// Reads every process the tree lists; true when each one listed was read.
+    fn read_listed(&mut self, processes: &mut Vec<ProcessUsage>) -> Result<bool, ReadError> {
+        let root = self.reader.root();
+        let dir = fs::read_dir(root).map_err(|e| io_error(root, e))?;
+        let mut complete = true;
+        for entry in dir {
+            let entry = match entry {
+                Ok(entry) => entry,
+                Err(e) => {
+                    tracing::debug!(error = %e, "skipping unreadable procfs entry");
+                    complete = false;
+                    continue;
+                }
+            };
+            let name = entry.file_name();
+            let Some(pid) = parse::parse_pid(name.as_bytes()) else {
+                continue;
+            };
+            match self.read_process(pid, &name) {
+                Some(process) => processes.push(process),
+                None => complete = false,
+            }
+        }
+        Ok(complete)
+    }
+
+    /// Reads the processes the last scan read, in pid order as a listing gives them; true
+    /// when each one was read.
+    fn read_known(&mut self, processes: &mut Vec<ProcessUsage>) -> bool {
+        let mut pids = std::mem::take(&mut self.known_pids);
+        pids.clear();
+        pids.extend(self.cache.keys().copied());
+        pids.sort_unstable();
+        let mut name = std::mem::take(&mut self.pid_name);
+        let mut complete = true;
+        for &pid in &pids {
+            name.clear();
+            // Writing to a String cannot fail.
+            let _ = write!(name, "{pid}");
+            match self.read_process(pid, OsStr::new(&name)) {
+                Some(process) => processes.push(process),
+                None => complete = false,
+            }
+        }
+        self.known_pids = pids;
+        self.pid_name = name;
+        complete
     }
 }
 

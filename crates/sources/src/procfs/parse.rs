@@ -85,6 +85,15 @@ pub(crate) fn parse_cpu_line(content: &[u8]) -> Option<CpuLine> {
     })
 }
 
+/// The `processes` line of `/proc/stat`: tasks (processes and threads) the kernel has created
+/// since boot. `None` when the line is missing or odd.
+pub(crate) fn parse_forks(content: &[u8]) -> Option<u64> {
+    let line = content
+        .split(|&b| b == b'\n')
+        .find_map(|l| l.strip_prefix(b"processes "))?;
+    parse_u64(line.trim_ascii())
+}
+
 /// First field of `/proc/uptime` ("12345.67 ..."), parsed exactly: a float would round and
 /// could put a process's start time after the uptime at which it was seen.
 pub(crate) fn parse_uptime(content: &[u8]) -> Option<Duration> {

@@ -36,6 +36,16 @@ pub struct ProcessState {
     pub threads: u64,
 }
 
+/// What `<root>/stat` says of the node ([`ProcfsReader::read_node_stat`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct NodeStat {
+    pub cpu: NodeCpuTimes,
+    /// Tasks (processes and threads) created since boot, the `processes` line, when the file
+    /// is procfs' own: while it stays the same no process has started. `None` for a fixture
+    /// tree, whose processes may change without it, and for a file without the line.
+    pub forks: Option<u64>,
+}
+
 /// Reads a procfs tree (`/proc`, or a fixture with the same layout) into a reused buffer.
 ///
 /// Tick counts are converted with the USER_HZ asked of the C library once, at construction.
@@ -45,13 +55,43 @@ pub struct ProcfsReader {
     buf: Buffer,
     /// `<root>/<pid>/<file>`, rebuilt in place for each read so it allocates only while growing.
     path: PathBuf,
-    stat_path: PathBuf,
-    /// `<root>/stat`, held open once read when it is procfs' own: the node's CPU times are
-    /// read every tick, and a `pread` makes the kernel write the file afresh without an open
-    /// and a close around it. A file of a fixture tree is opened each time, as it may be
-    /// replaced between reads.
-    node_stat: Option<File>,
-    uptime_path: PathBuf,
+    /// `<root>/stat` and `<root>/uptime`, read every tick.
+    node_stat: TickFile,
+    uptime: TickFile,
+    /// Whether a fixture's `stat` counts forks as the kernel's would (tests of the source's
+    /// listing rule); the kernel's own is always trusted.
+    fixture_counts_forks: bool,
+}
+
+/// A file read every tick, held open once read when it is procfs' own: a `pread` makes the
+/// kernel write it afresh, without an open and a close around it. A file of a fixture tree is
+/// opened each time, as it may be replaced between reads.
+struct TickFile {
+    path: PathBuf,
+    held: Option<File>,
+}
+
+impl TickFile {
+    fn new(path: PathBuf) -> Self {
+        TickFile { path, held: None }
+    }
+
+    /// The file to read, and whether it is procfs' own. A failed read drops it rather than
+    /// [`put_back`](Self::put_back) it, so the next read opens the path again.
+    fn take(&mut self) -> Result<(File, bool), ReadError> {
+        if let Some(file) = self.held.take() {
+            return Ok((file, true));
+        }
+        let file = open_nonblocking(&self.path).map_err(|e| io_error(&self.path, e))?;
+        let live = is_procfs(&file);
+        Ok((file, live))
+    }
+
+    fn put_back(&mut self, file: File, live: bool) {
+        if live {
+            self.held = Some(file);
+        }
+    }
 }
 
 impl ProcfsReader {
@@ -61,9 +101,9 @@ impl ProcfsReader {
         let root = procfs_root.into();
         let user_hz = user_hz().ok_or_else(|| Unavailable::new("sysconf(_SC_CLK_TCK) failed"))?;
         Ok(ProcfsReader {
-            stat_path: root.join("stat"),
-            node_stat: None,
-            uptime_path: root.join("uptime"),
+            node_stat: TickFile::new(root.join("stat")),
+            uptime: TickFile::new(root.join("uptime")),
+            fixture_counts_forks: false,
             path: PathBuf::with_capacity(root.as_os_str().len() + 32),
             root,
             user_hz,
@@ -85,23 +125,38 @@ impl ProcfsReader {
     /// idle + iowait + irq + softirq + steal as the total (guest time is already inside user
     /// and nice, so it is not added again), plus idle and iowait. Only the first line is read.
     pub fn read_node_cpu_times(&mut self) -> Result<NodeCpuTimes, ReadError> {
-        let path = &self.stat_path;
-        let (file, held) = match self.node_stat.take() {
-            Some(file) => (file, true),
-            None => (
-                open_nonblocking(path).map_err(|e| io_error(path, e))?,
-                false,
-            ),
+        self.load_node_stat(false)?;
+        self.parse_node_cpu()
+    }
+
+    /// [`read_node_cpu_times`](Self::read_node_cpu_times) and the fork count, from the whole of
+    /// `<root>/stat` (the kernel writes all of it for any read, so only the copy is longer).
+    pub fn read_node_stat(&mut self) -> Result<NodeStat, ReadError> {
+        let counts_forks = self.load_node_stat(true)?;
+        let cpu = self.parse_node_cpu()?;
+        let forks = counts_forks
+            .then(|| parse::parse_forks(self.buf.bytes()))
+            .flatten();
+        Ok(NodeStat { cpu, forks })
+    }
+
+    /// Reads `<root>/stat` into the buffer, its first line or all of it; true when its fork
+    /// count is the kernel's.
+    fn load_node_stat(&mut self, whole: bool) -> Result<bool, ReadError> {
+        let (file, live) = self.node_stat.take()?;
+        let read = if whole {
+            self.buf.read_all_at(&file)
+        } else {
+            self.buf.read_first_line_at(&file)
         };
-        let content = self
-            .buf
-            .read_first_line_at(&file)
-            .map_err(|e| io_error(path, e))?;
-        if held || is_procfs(&file) {
-            self.node_stat = Some(file);
-        }
-        let cpu = parse::parse_cpu_line(content)
-            .ok_or_else(|| parse_error(path, "no valid aggregate `cpu` line"))?;
+        read.map_err(|e| io_error(&self.node_stat.path, e))?;
+        self.node_stat.put_back(file, live);
+        Ok(live || self.fixture_counts_forks)
+    }
+
+    fn parse_node_cpu(&self) -> Result<NodeCpuTimes, ReadError> {
+        let cpu = parse::parse_cpu_line(self.buf.bytes())
+            .ok_or_else(|| parse_error(&self.node_stat.path, "no valid aggregate `cpu` line"))?;
         Ok(NodeCpuTimes {
             total: parse::ticks_to_duration(cpu.total, self.user_hz),
             idle: parse::ticks_to_duration(cpu.idle, self.user_hz),
@@ -109,11 +164,21 @@ impl ProcfsReader {
         })
     }
 
+    /// Makes [`read_node_stat`](Self::read_node_stat) report a fixture's fork count.
+    #[cfg(test)]
+    pub(crate) fn count_fixture_forks(&mut self) {
+        self.fixture_counts_forks = true;
+    }
+
     /// Time since boot from `<root>/uptime`, exact to the digits the kernel prints.
     pub(crate) fn read_uptime(&mut self) -> Result<Duration, ReadError> {
-        let path = &self.uptime_path;
-        let content = self.buf.read_all(path).map_err(|e| io_error(path, e))?;
-        parse::parse_uptime(content).ok_or_else(|| parse_error(path, "no uptime in seconds"))
+        let (file, live) = self.uptime.take()?;
+        let path = &self.uptime.path;
+        let content = self.buf.read_all_at(&file).map_err(|e| io_error(path, e))?;
+        let uptime =
+            parse::parse_uptime(content).ok_or_else(|| parse_error(path, "no uptime in seconds"));
+        self.uptime.put_back(file, live);
+        uptime
     }
 
     /// `since_boot` (a CLOCK_BOOTTIME reading, such as a task's `start_boottime`) as procfs

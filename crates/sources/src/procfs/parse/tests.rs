@@ -85,6 +85,19 @@ fn cpu_line_from_old_kernels_and_garbage() {
 }
 
 #[test]
+fn forks_from_the_processes_line() {
+    let stat = b"cpu  1 2 3 4\ncpu0 1 2 3 4\nintr 5 0 1\nctxt 77\nbtime 9\nprocesses 12345\nprocs_running 1\n";
+    assert_eq!(parse_forks(stat), Some(12345));
+    // The line alone at the end, without its newline.
+    assert_eq!(parse_forks(b"ctxt 1\nprocesses 7"), Some(7));
+    assert_eq!(parse_forks(b"cpu  1 2 3 4\nctxt 77\n"), None);
+    assert_eq!(parse_forks(b"processes x\n"), None);
+    assert_eq!(parse_forks(b"processes\n"), None);
+    // Not a prefix of another field's name.
+    assert_eq!(parse_forks(b"processes_total 3\n"), None);
+}
+
+#[test]
 fn uptime_is_exact() {
     assert_eq!(
         parse_uptime(b"363.17 671.60\n"),
@@ -186,6 +199,7 @@ proptest::proptest! {
     fn parsers_never_panic(bytes in proptest::collection::vec(proptest::num::u8::ANY, 0..300)) {
         let _ = parse_pid_stat(&bytes);
         let _ = parse_cpu_line(&bytes);
+        let _ = parse_forks(&bytes);
         let _ = parse_uptime(&bytes);
         let _ = parse_cmdline(&bytes);
         let _ = select_cgroup_path(&String::from_utf8_lossy(&bytes));
