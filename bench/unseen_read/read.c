@@ -34,6 +34,10 @@ int main(int argc, char **argv) {
         return 2;
     }
     int pid = atoi(argv[1]), rounds = atoi(argv[2]);
+    if (rounds <= 0) {
+        fprintf(stderr, "ROUNDS must be positive\n");
+        return 2;
+    }
     char path[512], task_dir[64], buf[4096];
     static int schedstat[MAX_THREADS];
     int threads = 0;
@@ -53,7 +57,7 @@ int main(int argc, char **argv) {
     closedir(d);
     snprintf(path, sizeof path, "/proc/%d/stat", pid);
     int held_stat = open(path, O_RDONLY);
-    if (held_stat < 0 || rounds <= 0) {
+    if (held_stat < 0) {
         perror(path);
         return 1;
     }

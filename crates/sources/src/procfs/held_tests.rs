@@ -242,6 +242,16 @@ fn set_forks(root: &Path, forks: u64) {
     fs::write(root.join("stat"), text).unwrap();
 }
 
+/// A fixture root whose `stat` counts 10 forks, `fake_pid` in it linked to the real `pid`, and
+/// a source over it.
+fn fork_counted_tree(fake_pid: u32, pid: u32) -> (tempfile::TempDir, ProcfsSource) {
+    let root = fixture_root();
+    set_forks(root.path(), 10);
+    link(root.path(), fake_pid, pid);
+    let source = ProcfsSource::new(root.path().to_path_buf(), Arc::new(NoWorkloads)).unwrap();
+    (root, source)
+}
+
 fn pids(snapshot: &UsageSnapshot) -> Vec<u32> {
     let mut pids: Vec<u32> = snapshot.processes.iter().map(|p| p.key.pid).collect();
     pids.sort_unstable();
@@ -251,10 +261,7 @@ fn pids(snapshot: &UsageSnapshot) -> Vec<u32> {
 #[test]
 fn without_a_fork_the_known_processes_are_read_and_the_tree_is_not_listed() {
     let first = spawn("sleep 60");
-    let root = fixture_root();
-    set_forks(root.path(), 10);
-    link(root.path(), 4301, first.0.id());
-    let mut source = ProcfsSource::new(root.path().to_path_buf(), Arc::new(NoWorkloads)).unwrap();
+    let (root, mut source) = fork_counted_tree(4301, first.0.id());
     source.reader.count_fixture_forks();
     assert_eq!(pids(&source.snapshot().unwrap()), [4301]);
 
@@ -281,10 +288,7 @@ fn without_a_fork_the_known_processes_are_read_and_the_tree_is_not_listed() {
 #[test]
 fn a_fixture_tree_is_listed_at_every_scan_whatever_its_fork_count() {
     let first = spawn("sleep 60");
-    let root = fixture_root();
-    set_forks(root.path(), 10);
-    link(root.path(), 4311, first.0.id());
-    let mut source = ProcfsSource::new(root.path().to_path_buf(), Arc::new(NoWorkloads)).unwrap();
+    let (root, mut source) = fork_counted_tree(4311, first.0.id());
     assert_eq!(pids(&source.snapshot().unwrap()), [4311]);
     let second = spawn("sleep 60");
     link(root.path(), 4312, second.0.id());

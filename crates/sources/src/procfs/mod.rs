@@ -26,7 +26,9 @@ use kepler_core::{
     UsageSource,
 };
 
-pub use reader::{NodeStat, ProcessDescription, ProcessState, ProcfsReader};
+pub use reader::{ProcessDescription, ProcessState, ProcfsReader};
+
+use reader::NodeStat;
 
 use parse::{PidStat, PF_KTHREAD};
 use read::io_error;

@@ -38,7 +38,7 @@ pub struct ProcessState {
 
 /// What `<root>/stat` says of the node ([`ProcfsReader::read_node_stat`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct NodeStat {
+pub(crate) struct NodeStat {
     pub cpu: NodeCpuTimes,
     /// Tasks (processes and threads) created since boot, the `processes` line, when the file
     /// is procfs' own: while it stays the same no process has started. `None` for a fixture
@@ -131,7 +131,7 @@ impl ProcfsReader {
 
     /// [`read_node_cpu_times`](Self::read_node_cpu_times) and the fork count, from the whole of
     /// `<root>/stat` (the kernel writes all of it for any read, so only the copy is longer).
-    pub fn read_node_stat(&mut self) -> Result<NodeStat, ReadError> {
+    pub(crate) fn read_node_stat(&mut self) -> Result<NodeStat, ReadError> {
         let counts_forks = self.load_node_stat(true)?;
         let cpu = self.parse_node_cpu()?;
         let forks = counts_forks
