@@ -6,7 +6,7 @@
 use std::io;
 use std::marker::PhantomData;
 use std::mem::size_of;
-use std::os::fd::{AsFd, AsRawFd, BorrowedFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, RawFd};
 
 use aya::maps::{MapData, MapError, MapType};
 use aya::Pod;
@@ -87,6 +87,12 @@ pub(crate) enum BatchError {
     Layout { key: usize, value: usize },
 }
 
+/// A map whose layout [`BatchMap::new`] confirmed, by descriptor: while it stays open a
+/// descriptor names the same map, so a caller that holds the map needs the check once, not
+/// once a snapshot (a `BPF_OBJ_GET_INFO_BY_FD` call each).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Checked(RawFd);
+
 /// A hash map whose key and value sizes the kernel confirmed to be those of `K` and `V`, so
 /// that the kernel never writes past buffers of `K`s and `V`s.
 pub(crate) struct BatchMap<'a, K, V> {
@@ -112,6 +118,22 @@ impl<'a, K: Pod, V: Pod> BatchMap<'a, K, V> {
         }
         Ok(BatchMap {
             fd: data.fd().as_fd(),
+            _types: PhantomData,
+        })
+    }
+
+    /// What lets [`BatchMap::again`] skip the check for this map.
+    pub(crate) fn checked(&self) -> Checked {
+        Checked(self.fd.as_raw_fd())
+    }
+
+    /// `data` without asking the kernel again, when `checked` came from a `BatchMap` of the
+    /// same descriptor; `None` otherwise. The caller holds `data` open since that check (the
+    /// process map lives as long as the source), so the number is not another map's.
+    pub(crate) fn again(data: &'a MapData, checked: Checked) -> Option<Self> {
+        let fd = data.fd().as_fd();
+        (fd.as_raw_fd() == checked.0).then_some(BatchMap {
+            fd,
             _types: PhantomData,
         })
     }

@@ -8,7 +8,7 @@ use std::hash::BuildHasher;
 use aya::maps::{HashMap as BpfHashMap, Map, MapData};
 
 use crate::abi::TaskTotals;
-use crate::map_batch::{BatchError, BatchMap, Chunk, Cursor};
+use crate::map_batch::{BatchError, BatchMap, Checked, Chunk, Cursor};
 
 /// Entries per batch call at first: 512 × 100 bytes of buffers, allocated once. A bucket
 /// larger than that grows them.
@@ -37,9 +37,16 @@ pub(crate) struct LoadedTasks<'a> {
 }
 
 impl<'a> LoadedTasks<'a> {
-    pub(crate) fn new(map: &'a Map) -> Self {
+    /// The map, its layout checked with the kernel unless `checked` says it was (and then
+    /// set, so the next snapshot need not ask).
+    pub(crate) fn new(map: &'a Map, checked: &mut Option<Checked>) -> Self {
         let batch = match map {
-            Map::HashMap(data) => BatchMap::new(data).map_err(|e| e.to_string()),
+            Map::HashMap(data) => match checked.and_then(|c| BatchMap::again(data, c)) {
+                Some(b) => Ok(b),
+                None => BatchMap::new(data)
+                    .inspect(|b| *checked = Some(b.checked()))
+                    .map_err(|e| e.to_string()),
+            },
             _ => Err("not a hash map".to_owned()),
         };
         LoadedTasks { map, batch }

@@ -218,6 +218,8 @@ pub(crate) struct Reconciler {
     pending_lost: u64,
     /// The last tgid checked by the round-robin collection of gone processes.
     gc_cursor: u32,
+    /// Snapshots over which that collection checks every idle entry once ([`gc::gc_every`]).
+    gc_every: usize,
     /// Snapshots merged so far (failed ones are not: they saw nothing).
     steps: u64,
     /// Scratch space of a step, kept allocated: the live tasks with their running stretches,
@@ -245,6 +247,7 @@ impl Reconciler {
             pending: FastMap::default(),
             pending_lost: 0,
             gc_cursor: 0,
+            gc_every: gc::GC_EVERY,
             steps: 0,
             tasks: Vec::new(),
             idle: Vec::new(),
@@ -252,6 +255,12 @@ impl Reconciler {
             removed: Vec::new(),
             gone: Vec::new(),
         }
+    }
+
+    /// Snapshots are taken every `interval`: the collection of gone processes spreads its
+    /// checks of idle entries over [`gc::GC_PERIOD`] of them.
+    pub(crate) fn set_interval(&mut self, interval: Duration) {
+        self.gc_every = gc::gc_every(interval);
     }
 
     /// From the next step on, counters are reported as `measured` says.

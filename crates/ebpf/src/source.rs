@@ -48,6 +48,8 @@ pub struct EbpfSource {
     /// This snapshot's descriptions of gone processes (see [`Gone`]).
     gone_descriptions: FastMap<Gone, Arc<ProcessInfo>>,
     reader: TaskReader,
+    /// The process map's layout, once the kernel confirmed it (see [`crate::map_batch::Checked`]).
+    tasks_layout: Option<crate::map_batch::Checked>,
     stats: Arc<EbpfStats>,
     accounting: Accounting,
     /// Whether a snapshot was taken: the accounting can change only before the first.
@@ -275,10 +277,15 @@ impl EbpfSource {
             classifier,
             cgroups: CgroupResolver::new(cgroup_root),
             cpu_cgroups: CgroupResolver::new(cpu_root),
-            reconciler: Reconciler::new(measured),
+            reconciler: {
+                let mut r = Reconciler::new(measured);
+                r.set_interval(settings.interval);
+                r
+            },
             observed: Observed::default(),
             gone_descriptions: FastMap::default(),
             reader: TaskReader::default(),
+            tasks_layout: None,
             stats: Arc::new(EbpfStats::default()),
             accounting: Accounting::Switch,
             snapshot_taken: false,
@@ -365,9 +372,10 @@ impl EbpfSource {
             .ebpf
             .map(names::TASKS)
             .ok_or_else(|| ReadError::Other("eBPF: tasks map missing".into()))?;
-        let report = self
-            .reader
-            .read(&LoadedTasks::new(map), &mut self.observed.live);
+        let report = self.reader.read(
+            &LoadedTasks::new(map, &mut self.tasks_layout),
+            &mut self.observed.live,
+        );
         if let Some(error) = report.first_error {
             tracing::warn!(%error, errors = report.errors, "reading the eBPF process map");
             self.stats
@@ -662,7 +670,9 @@ mod tests {
             );
             std::thread::sleep(Duration::from_millis(10));
         }
-        let map = LoadedTasks::new(src.ebpf.map(names::TASKS).unwrap());
+        let mut layout = None;
+        let map = LoadedTasks::new(src.ebpf.map(names::TASKS).unwrap(), &mut layout);
+        assert!(layout.is_some(), "the layout check is kept");
         // One entry per batch at first: the kernel refuses any bucket of two or more
         // (ENOSPC), so the buffers must grow for the read to finish.
         let mut reader = TaskReader::with_first_batch(1);
@@ -690,9 +700,10 @@ mod tests {
         assert_eq!(mine(&one_by_one), expected);
         // Both reads hold a real entry too (this process's, seen above).
         assert!(batched.contains_key(&me) && one_by_one.contains_key(&me));
-        // And the default reader, as snapshots use it.
+        // And the default reader, as snapshots use it, through the kept check.
         let mut reader = TaskReader::default();
         let mut again = HashMap::new();
+        let map = LoadedTasks::new(src.ebpf.map(names::TASKS).unwrap(), &mut layout);
         assert!(reader.read(&map, &mut again).batched);
         assert!(reader.batching());
         assert_eq!(mine(&again), expected);

@@ -2,7 +2,7 @@
 
 use std::collections::{HashMap, HashSet};
 
-use super::gc::{round_robin, GC_BATCH, GC_EVERY};
+use super::gc::{gc_every, round_robin, GC_BATCH, GC_EVERY};
 use super::*;
 
 /// The fake's clock tick (USER_HZ 100), to which start times are floored.
@@ -572,6 +572,31 @@ fn collection_checks_every_idle_entry_once_per_round() {
         "each once, in turn"
     );
     assert!(host.deletes.is_empty(), "alive: nothing deleted");
+}
+
+/// The round spans about a minute whatever the interval: at 1 s each idle entry is checked
+/// once in 60 snapshots, not once in 12.
+#[test]
+fn collection_round_follows_the_interval() {
+    assert_eq!(gc_every(Duration::from_secs(5)), GC_EVERY);
+    assert_eq!(gc_every(Duration::from_secs(1)), 60);
+    assert_eq!(gc_every(Duration::from_secs(120)), 1);
+    assert_eq!(gc_every(Duration::ZERO), 600);
+    const N: u32 = 120;
+    let (mut rec, mut host, seen) = idle_alive(N);
+    rec.set_interval(Duration::from_secs(1));
+    for _ in 0..60 {
+        let before = host.checked.len();
+        rec.step(&mut host, &mut seen.clone());
+        assert_eq!(host.checked.len() - before, 2);
+    }
+    let mut round = host.checked.clone();
+    round.sort_unstable();
+    assert_eq!(
+        round,
+        (1..=N).collect::<Vec<_>>(),
+        "each once in the minute"
+    );
 }
 
 #[test]

@@ -30,7 +30,8 @@ impl Buffer {
     }
 
     /// Reads the whole file. `std::fs::read` would also `statx` and `lseek` to size the buffer,
-    /// which procfs answers with 0 anyway: two wasted syscalls per file per tick. A file
+    /// which procfs answers with 0 anyway: two wasted syscalls per file per tick; and a short
+    /// read that ends a line (or a NUL-separated command line) ends the read. A file
     /// larger than [`limits::PROC_FILE`] is an error.
     pub fn read_all(&mut self, path: &Path) -> io::Result<&[u8]> {
         self.fill(path, limits::PROC_FILE, false)
@@ -111,9 +112,20 @@ impl Buffer {
                 self.data.resize(grown, 0);
             }
             let spare = self.data.get_mut(self.len..).unwrap_or_default();
+            let room = spare.len();
             match file.read(spare) {
                 Ok(0) => break,
-                Ok(n) => self.len += n,
+                Ok(n) => {
+                    self.len += n;
+                    // As in `read_again_from_start`: procfs hands a whole record to a read
+                    // with room for it, so a short read ending one is the file, and the read
+                    // that would return 0 is skipped (one syscall of four per file). A
+                    // command line's record ends in a NUL. A regular file (a fixture) reads
+                    // short only at its end.
+                    if n < room && matches!(self.data.get(self.len - 1), Some(b'\n' | 0)) {
+                        break;
+                    }
+                }
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
                 // A FIFO with a writer but no data.
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
@@ -172,4 +184,58 @@ pub(crate) fn is_procfs(file: &File) -> bool {
     // SAFETY: fstatfs returned 0, so it filled the whole struct.
     let fs = unsafe { fs.assume_init() };
     libc::c_long::from(fs.f_type) == PROC_SUPER_MAGIC
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A read that fills the buffer to a line's end is not the file's end: only a short one is.
+    #[test]
+    fn files_of_whole_lines_are_read_to_their_end() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut buf = Buffer::new();
+        for len in [1, 4095, 4096, 4097, 8192, 20_000] {
+            let text: Vec<u8> = (0..len)
+                .map(|i| {
+                    if i % 64 == 63 || i + 1 == len {
+                        b'\n'
+                    } else {
+                        b'x'
+                    }
+                })
+                .collect();
+            let path = dir.path().join(format!("f{len}"));
+            std::fs::write(&path, &text).unwrap();
+            assert_eq!(buf.read_all(&path).unwrap(), &text[..], "{len} bytes");
+            let args: Vec<u8> = text
+                .iter()
+                .map(|&b| if b == b'\n' { 0 } else { b })
+                .collect();
+            std::fs::write(&path, &args).unwrap();
+            assert_eq!(buf.read_prefix(&path, 1 << 20).unwrap(), &args[..], "{len}");
+        }
+    }
+
+    /// procfs files end at the short read, whole: this process's `stat` and `cmdline`.
+    #[test]
+    fn procfs_files_read_whole() {
+        let mut buf = Buffer::new();
+        let stat = buf.read_all(Path::new("/proc/self/stat")).unwrap().to_vec();
+        assert!(
+            stat.ends_with(b"\n") && stat.starts_with(std::process::id().to_string().as_bytes())
+        );
+        let cmdline = buf
+            .read_prefix(Path::new("/proc/self/cmdline"), 1 << 20)
+            .unwrap()
+            .to_vec();
+        let args: Vec<u8> = std::env::args_os()
+            .flat_map(|a| {
+                let mut b = a.into_encoded_bytes();
+                b.push(0);
+                b
+            })
+            .collect();
+        assert_eq!(cmdline, args);
+    }
 }
