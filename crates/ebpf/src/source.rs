@@ -614,8 +614,9 @@ mod tests {
         };
         let key = src.procfs.key(TGID, entry.start_ns);
         tasks(&mut src).insert(TGID, entry, 0).unwrap();
-        // The round robin reaches the largest tgid within about GC_EVERY snapshots of it
-        // being idle; the bound only keeps a broken collection from looping for ever.
+        // The round robin reaches the largest tgid within about GC_EVERY snapshots (at the
+        // default 5 s interval) of it being idle; the bound only keeps a broken collection
+        // from looping for ever.
         let mut reports = Vec::new();
         for _ in 0..50 {
             let snap = src.snapshot().unwrap();
