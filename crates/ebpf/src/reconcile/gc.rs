@@ -10,9 +10,9 @@ use crate::abi::TaskTotals;
 
 /// Each live entry that did not move since the previous snapshot is checked against /proc
 /// about once in this long, to collect those whose process is gone. A period rather than a
-/// count of snapshots: at a 1 s interval twelve snapshots made the checks (an open, two reads
-/// and a close of `/proc/<pid>/stat` each, ~7 µs) a tenth of the sampler's work at idle, for
-/// a race (a group gone without its exit record) that costs nothing while it waits.
+/// count of snapshots: at a 1 s interval twelve snapshots made the checks (an open, a read and
+/// a close of `/proc/<pid>/stat` each, ~7 µs) about a twentieth of the sampler's work at idle,
+/// for a race (a group gone without its exit record) that costs nothing while it waits.
 pub(super) const GC_PERIOD: Duration = Duration::from_secs(60);
 /// The snapshots in [`GC_PERIOD`] at the default 5 s interval.
 pub(super) const GC_EVERY: usize = 12;
@@ -23,6 +23,7 @@ pub(super) fn gc_every(interval: Duration) -> usize {
     let per = GC_PERIOD.as_millis() / interval.as_millis().max(100);
     usize::try_from(per).unwrap_or(usize::MAX).max(1)
 }
+
 /// At most this many such checks (one /proc read each) per snapshot: on a host with thousands
 /// of idle processes the round takes longer instead of reading thousands of files at once.
 pub(super) const GC_BATCH: usize = 256;
