@@ -104,6 +104,25 @@ proptest! {
     }
 
     #[test]
+    fn schedstat(
+        numbers in any::<[u64; 3]>(),
+        edits in edits(),
+        bytes in prop::collection::vec(any::<u8>(), 0..60),
+    ) {
+        let [runtime, wait, slices] = numbers;
+        let text = format!("{runtime} {wait} {slices}\n");
+        prop_assert_eq!(parse_schedstat_runtime(text.as_bytes()), Some(runtime));
+        // A mutated line gives a runtime only where it is still three numbers, and then the
+        // first of them.
+        let mutated = mutate(text.into_bytes(), &edits);
+        if let Some(parsed) = parse_schedstat_runtime(&mutated) {
+            let first = mutated.split(|&b| b == b' ').next().and_then(|f| std::str::from_utf8(f).ok());
+            prop_assert_eq!(first.and_then(|f| f.parse::<u64>().ok()), Some(parsed));
+        }
+        let _ = parse_schedstat_runtime(&bytes);
+    }
+
+    #[test]
     fn cgroup_file(
         lines in prop::collection::vec(
             (0u8..14, prop::sample::select(vec!["", "cpu,cpuacct", "cpu", "memory", "name=systemd", "pids,cpuacct"]),

@@ -15,7 +15,7 @@ use super::parse;
 use super::ProcfsSource;
 
 /// Kills and reaps the child even when an assertion fails.
-struct Reaped(Child);
+pub(super) struct Reaped(pub(super) Child);
 
 impl Drop for Reaped {
     fn drop(&mut self) {
@@ -24,12 +24,12 @@ impl Drop for Reaped {
     }
 }
 
-fn spawn(script: &str) -> Reaped {
+pub(super) fn spawn(script: &str) -> Reaped {
     Reaped(Command::new("sh").args(["-c", script]).spawn().unwrap())
 }
 
 /// A procfs root with node files and nothing else yet.
-fn fixture_root() -> tempfile::TempDir {
+pub(super) fn fixture_root() -> tempfile::TempDir {
     let dir = tempfile::tempdir().unwrap();
     fs::write(dir.path().join("stat"), "cpu  1 2 3 4 5 6 7 8 0 0\n").unwrap();
     fs::write(dir.path().join("uptime"), "100.00 0.00\n").unwrap();
@@ -37,14 +37,14 @@ fn fixture_root() -> tempfile::TempDir {
 }
 
 /// Points `<root>/<fake_pid>` at the real process `pid`.
-fn link(root: &Path, fake_pid: u32, pid: u32) {
+pub(super) fn link(root: &Path, fake_pid: u32, pid: u32) {
     let entry = root.join(fake_pid.to_string());
     let _ = fs::remove_file(&entry);
     symlink(format!("/proc/{pid}"), entry).unwrap();
 }
 
 /// utime + stime and start time of `pid`, read by path as the truth.
-fn truth(pid: u32) -> (Duration, Duration) {
+pub(super) fn truth(pid: u32) -> (Duration, Duration) {
     let text = fs::read(format!("/proc/{pid}/stat")).unwrap();
     let stat = parse::parse_pid_stat(&text).unwrap();
     let hz = super::read::user_hz().unwrap();
@@ -60,7 +60,7 @@ fn held_for(pid: u32) -> usize {
 }
 
 /// CPU time and start time the snapshot reports for `pid`.
-fn seen(snapshot: &UsageSnapshot, pid: u32) -> (Duration, Duration) {
+pub(super) fn seen(snapshot: &UsageSnapshot, pid: u32) -> (Duration, Duration) {
     let found: Option<&ProcessUsage> = snapshot.processes.iter().find(|p| p.key.pid == pid);
     let p = found.unwrap_or_else(|| panic!("pid {pid} not in snapshot"));
     (p.cpu_time, p.key.start_time)
@@ -178,7 +178,7 @@ fn no_more_files_are_held_than_the_budget() {
 static NODE_FILES: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
 /// How many of this test process's descriptors are `target`.
-fn held(target: &str) -> usize {
+pub(super) fn held(target: &str) -> usize {
     fs::read_dir("/proc/self/fd")
         .unwrap()
         .filter_map(|e| fs::read_link(e.ok()?.path()).ok())
@@ -237,14 +237,14 @@ fn the_node_stat_and_uptime_of_procfs_are_held_and_read_afresh_and_a_fixture_s_a
 }
 
 /// Sets the `processes` line of a fixture's `stat`.
-fn set_forks(root: &Path, forks: u64) {
+pub(super) fn set_forks(root: &Path, forks: u64) {
     let text = format!("cpu  1 2 3 4 5 6 7 8 0 0\nctxt 10\nprocesses {forks}\n");
     fs::write(root.join("stat"), text).unwrap();
 }
 
 /// A fixture root whose `stat` counts 10 forks, `fake_pid` in it linked to the real `pid`, and
 /// a source over it.
-fn fork_counted_tree(fake_pid: u32, pid: u32) -> (tempfile::TempDir, ProcfsSource) {
+pub(super) fn fork_counted_tree(fake_pid: u32, pid: u32) -> (tempfile::TempDir, ProcfsSource) {
     let root = fixture_root();
     set_forks(root.path(), 10);
     link(root.path(), fake_pid, pid);

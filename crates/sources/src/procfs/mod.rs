@@ -1,9 +1,12 @@
 //! The procfs usage source: node CPU times from `/proc/stat`, per-process CPU time from
-//! `/proc/<pid>/stat`, and what identifies a process read once when it first appears.
+//! `/proc/<pid>/stat` (from the main thread's `schedstat` between `stat` reads where that
+//! thread is the whole process and no task started: [`credit`]), and what identifies a
+//! process read once when it first appears.
 //!
 //! The reads themselves are in [`ProcfsReader`], public so that other sources (eBPF) read node
 //! CPU times and describe processes exactly as this one does.
 
+mod credit;
 mod parse;
 mod read;
 mod reader;
@@ -12,6 +15,8 @@ mod reader;
 mod fuzz;
 #[cfg(test)]
 mod held_tests;
+#[cfg(test)]
+mod leader_tests;
 
 use std::collections::HashMap;
 use std::ffi::OsStr;
@@ -20,6 +25,7 @@ use std::fs::{self, File};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::time::Duration;
 
 use kepler_core::{
     Classifier, ProcessInfo, ProcessKey, ProcessUsage, ReadError, Unavailable, UsageSnapshot,
@@ -28,6 +34,7 @@ use kepler_core::{
 
 pub use reader::{ProcessDescription, ProcessState, ProcfsReader};
 
+use credit::Credit;
 use reader::NodeStat;
 
 use parse::{PidStat, PF_KTHREAD};
@@ -41,6 +48,10 @@ struct Cached {
     generation: u64,
     /// Its `stat`, kept open to be read again each scan (see [`MAX_HELD_STAT_FILES`]).
     stat: Option<File>,
+    /// Its `schedstat`, kept open while it has one thread (see [`credit`]), within the same
+    /// bound.
+    schedstat: Option<File>,
+    credit: Credit,
 }
 
 /// How many `stat` files stay open between scans, at most. Reading one again through the
@@ -49,8 +60,25 @@ struct Cached {
 /// (`bench/procfs_pread.py`). Each costs a descriptor and ~4.3 KiB of kernel memory, though
 /// (procfs keeps the file's text buffer while it is open), so only the first processes seen
 /// are held: all of them on most nodes, the long-lived ones on larger ones, for at most
-/// ~4.3 MiB.
+/// ~4.3 MiB. As many `schedstat` files may be held beside them, for single-threaded processes
+/// (~4 KiB each likewise).
 const MAX_HELD_STAT_FILES: usize = 1024;
+
+/// The longest a process is read through its main thread's `schedstat` before its `stat` is
+/// read again, when no task starts on the node: an exec or a kernel thread's new name, which
+/// `stat` shows and `schedstat` does not, is then seen within this time.
+const STAT_AT_LEAST_EVERY: Duration = Duration::from_secs(30);
+
+/// How a scan may read the processes it knows (see [`credit`]).
+#[derive(Clone, Copy, Default)]
+struct ScanReads {
+    /// Through the main thread's `schedstat` where it stands for the process: no task was
+    /// created since the scan before.
+    by_leader: bool,
+    /// Read single-threaded processes' `schedstat` after their `stat`, so the next scan may
+    /// read them by it: this scan or the one before saw no task created.
+    baselines: bool,
+}
 
 /// How [`ProcfsSource::load_held_stat`] read a `stat`.
 enum HeldRead {
@@ -71,7 +99,10 @@ pub struct ProcfsSource {
     last_count: usize,
     /// `stat` files held now (an upper bound within a scan, exact after it).
     held: usize,
-    /// The most that may be held in this scan: [`held_stat_budget`] of `held_cap`.
+    /// `schedstat` files held now, likewise.
+    held_schedstat: usize,
+    /// The most of each kind that may be held in this scan: [`held_stat_budget`] of
+    /// `held_cap`.
     held_budget: usize,
     held_cap: usize,
     /// The node's fork count read before the last listing of the tree that read every process
@@ -82,6 +113,15 @@ pub struct ProcfsSource {
     /// Buffers of [`Self::read_known`], kept between scans.
     known_pids: Vec<u32>,
     pid_name: String,
+    /// Whether `schedstat` counts runtime on this tree (procfs' own, with the kernel's
+    /// scheduler statistics).
+    schedstat_counts: bool,
+    /// The node's fork count at the scan before, and whether it had moved then.
+    forks_before: Option<u64>,
+    quiet_before: bool,
+    /// Uptime at the last scan that read every process through `stat`.
+    all_stat_at: Option<Duration>,
+    reads: ScanReads,
 }
 
 impl ProcfsSource {
@@ -95,17 +135,24 @@ impl ProcfsSource {
             generation: 0,
             last_count: 0,
             held: 0,
+            held_schedstat: 0,
             held_budget: 0,
             held_cap: MAX_HELD_STAT_FILES,
             listed_at_forks: None,
             known_pids: Vec::new(),
             pid_name: String::new(),
+            schedstat_counts: false,
+            forks_before: None,
+            quiet_before: false,
+            all_stat_at: None,
+            reads: ScanReads::default(),
         };
         let reader = &mut source.reader;
         reader
             .read_node_cpu_times()
             .and_then(|_| reader.read_uptime())
             .map_err(|e| Unavailable::new(format!("procfs at {}: {e}", reader.root().display())))?;
+        source.schedstat_counts = source.reader.schedstat_counts();
         Ok(source)
     }
 
@@ -133,7 +180,73 @@ impl ProcfsSource {
         }
     }
 
+    /// The process at `pid` through its main thread's `schedstat`, where [`Credit`] lets it
+    /// stand for the whole process this scan; `None` where not, or when the read fails (the
+    /// caller then reads `stat`).
+    fn read_by_leader(&mut self, pid: u32) -> Option<ProcessUsage> {
+        let generation = self.generation;
+        let cached = self.cache.get_mut(&pid)?;
+        if !cached.credit.leader_suffices(generation) {
+            return None;
+        }
+        let Some(runtime) = self.reader.read_runtime_at(cached.schedstat.as_ref()?) else {
+            // Gone, or an odd line: `stat` says which.
+            cached.schedstat = None;
+            return None;
+        };
+        cached.generation = generation;
+        Some(ProcessUsage {
+            key: ProcessKey {
+                pid,
+                start_time: parse::ticks_to_duration(cached.start_ticks, self.reader.user_hz()),
+            },
+            cpu_time: cached.credit.credit_leader(runtime, generation),
+            info: cached.info.clone(),
+            exited: false,
+            counters: None,
+        })
+    }
+
+    /// Reads the main thread's runtime of a process just read through `stat`, for the next
+    /// scan's [`Self::read_by_leader`]; holds its `schedstat` while the budget allows.
+    fn read_leader_baseline(&mut self, pid: u32, pid_name: &OsStr) {
+        let Some(cached) = self.cache.get_mut(&pid) else {
+            return;
+        };
+        if cached.schedstat.is_none() {
+            if self.held_schedstat >= self.held_budget {
+                return;
+            }
+            let Ok(file) = self.reader.open_schedstat(pid_name) else {
+                return;
+            };
+            self.held_schedstat += 1;
+            cached.schedstat = Some(file);
+        }
+        let runtime = match &cached.schedstat {
+            Some(file) => self.reader.read_runtime_at(file),
+            None => None,
+        };
+        match runtime {
+            Some(runtime) => cached.credit.set_leader(runtime, self.generation),
+            None => cached.schedstat = None,
+        }
+    }
+
     fn read_process(&mut self, pid: u32, pid_name: &OsStr) -> Option<ProcessUsage> {
+        if self.reads.by_leader {
+            if let Some(usage) = self.read_by_leader(pid) {
+                return Some(usage);
+            }
+        }
+        let usage = self.read_by_stat(pid, pid_name)?;
+        if self.reads.baselines && self.cache.get(&pid).is_some_and(|c| c.credit.single()) {
+            self.read_leader_baseline(pid, pid_name);
+        }
+        Some(usage)
+    }
+
+    fn read_by_stat(&mut self, pid: u32, pid_name: &OsStr) -> Option<ProcessUsage> {
         let user_hz = self.reader.user_hz();
         let held = self.load_held_stat(pid, pid_name);
         let stat = if let HeldRead::None = held {
@@ -150,6 +263,7 @@ impl ProcfsSource {
             flags,
             utime,
             stime,
+            threads,
             start_time,
             ..
         } = stat?;
@@ -157,7 +271,7 @@ impl ProcfsSource {
             pid,
             start_time: parse::ticks_to_duration(start_time, user_hz),
         };
-        let cpu_time = parse::ticks_to_duration(utime.saturating_add(stime), user_hz);
+        let stat_time = parse::ticks_to_duration(utime.saturating_add(stime), user_hz);
         let comm = String::from_utf8_lossy(comm);
         let kernel_thread = flags & PF_KTHREAD != 0;
         // A changed comm on the same (pid, start time) means an exec: refresh what was cached.
@@ -167,37 +281,49 @@ impl ProcfsSource {
             c.start_ticks == start_time
                 && (c.info.comm == comm || (kernel_thread && c.info.kernel_thread))
         });
-        let info = match cached {
+        let (info, cpu_time) = match cached {
             Some(cached) => {
                 cached.generation = self.generation;
                 if opened.is_some() {
                     cached.stat = opened;
                 }
+                let cpu_time = cached.credit.credit_stat(stat_time, threads);
                 if cached.info.comm != comm {
                     let mut info = ProcessInfo::clone(&cached.info);
                     info.comm = comm.into_owned();
                     info.workload = self.classifier.classify_process(pid, &info);
                     cached.info = Arc::new(info);
                 }
-                cached.info.clone()
+                (cached.info.clone(), cpu_time)
             }
             None => {
                 let comm = comm.into_owned();
                 let mut info = self.reader.read_identity(pid_name, comm, kernel_thread)?;
                 info.workload = self.classifier.classify_process(pid, &info);
                 let info = Arc::new(info);
-                // A file already held for this pid showed the new process, so it stays.
-                let kept = self.cache.get_mut(&pid).and_then(|c| c.stat.take());
+                // A file already held for this pid showed the new process, so it stays. The
+                // same process after an exec keeps its credit and `schedstat`; another one
+                // that took the pid starts afresh (a held `schedstat` reads the old one).
+                let fresh = Credit::new(stat_time, threads);
+                let (kept, schedstat, mut credit) = match self.cache.remove(&pid) {
+                    Some(c) if c.start_ticks == start_time => (c.stat, c.schedstat, c.credit),
+                    Some(c) => (c.stat, None, fresh),
+                    None => (None, None, fresh),
+                };
+                let stat = opened.or(kept);
+                let cpu_time = credit.credit_stat(stat_time, threads);
                 self.cache.insert(
                     pid,
                     Cached {
                         start_ticks: start_time,
                         info: info.clone(),
                         generation: self.generation,
-                        stat: opened.or(kept),
+                        stat,
+                        schedstat,
+                        credit,
                     },
                 );
-                info
+                (info, cpu_time)
             }
         };
         Some(ProcessUsage {
@@ -225,6 +351,7 @@ impl UsageSource for ProcfsSource {
         self.generation = self.generation.wrapping_add(1);
         // Asked each scan: the HTTP server raises the limit after this source is made.
         self.held_budget = held_stat_budget(self.held_cap);
+        self.reads = self.scan_reads(forks, uptime);
         let mut processes = Vec::with_capacity(self.last_count + self.last_count / 8 + 16);
         let complete = match forks {
             Some(forks) if self.listed_at_forks == Some(forks) => self.read_known(&mut processes),
@@ -235,6 +362,11 @@ impl UsageSource for ProcfsSource {
         let generation = self.generation;
         self.cache.retain(|_, c| c.generation == generation);
         self.held = self.cache.values().filter(|c| c.stat.is_some()).count();
+        self.held_schedstat = self
+            .cache
+            .values()
+            .filter(|c| c.schedstat.is_some())
+            .count();
         self.last_count = processes.len();
         Ok(UsageSnapshot {
             uptime,
@@ -245,6 +377,28 @@ impl UsageSource for ProcfsSource {
 }
 
 impl ProcfsSource {
+    /// How this scan may read processes, from the node's fork count (`None`: unknown) and the
+    /// uptime before it.
+    fn scan_reads(&mut self, forks: Option<u64>, uptime: Duration) -> ScanReads {
+        let quiet = forks.is_some() && forks == self.forks_before;
+        let by_leader = self.schedstat_counts
+            && quiet
+            && self
+                .all_stat_at
+                .is_some_and(|at| uptime.saturating_sub(at) < STAT_AT_LEAST_EVERY);
+        if !by_leader {
+            self.all_stat_at = Some(uptime);
+        }
+        // Under steady churn no scan is quiet, and the baselines would never be used.
+        let baselines = self.schedstat_counts && (quiet || self.quiet_before);
+        self.forks_before = forks;
+        self.quiet_before = quiet;
+        ScanReads {
+            by_leader,
+            baselines,
+        }
+    }
+
     /// Reads every process the tree lists; true when each one listed was read.
     fn read_listed(&mut self, processes: &mut Vec<ProcessUsage>) -> Result<bool, ReadError> {
         let root = self.reader.root();
@@ -295,8 +449,8 @@ impl ProcfsSource {
     }
 }
 
-/// `cap`, or fewer under a small open-file limit: an eighth of it at most, the rest being for
-/// connections, meters and model files.
+/// `cap`, or fewer under a small open-file limit: an eighth of it at most for each of `stat`
+/// and `schedstat`, the rest being for connections, meters and model files.
 fn held_stat_budget(cap: usize) -> usize {
     match crate::bounded::open_file_limit() {
         Ok(limit) => usize::try_from(limit / 8).unwrap_or(usize::MAX).min(cap),

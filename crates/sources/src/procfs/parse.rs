@@ -168,6 +168,17 @@ pub(crate) fn parse_cmdline(content: &[u8]) -> Vec<String> {
         .collect()
 }
 
+/// The runtime in ns, the first of the three numbers of `/proc/<pid>/schedstat` (`<runtime>
+/// <wait> <time slices>`); `None` for anything else.
+pub(crate) fn parse_schedstat_runtime(content: &[u8]) -> Option<u64> {
+    let line = content.strip_suffix(b"\n").unwrap_or(content);
+    let mut fields = line.split(|&b| b == b' ');
+    let runtime = parse_u64(fields.next()?)?;
+    parse_u64(fields.next()?)?;
+    parse_u64(fields.next()?)?;
+    fields.next().is_none().then_some(runtime)
+}
+
 /// A pid directory name: ASCII digits only, fitting in u32.
 pub(crate) fn parse_pid(name: &[u8]) -> Option<u32> {
     u32::try_from(parse_u64(name)?).ok()

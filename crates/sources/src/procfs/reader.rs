@@ -259,6 +259,32 @@ impl ProcfsReader {
         crate::bounded::open_nonblocking(&self.path)
     }
 
+    /// Opens `<root>/<pid_name>/schedstat` to be held and read with
+    /// [`Self::read_runtime_at`]; like a held `stat`, it reads its own process or fails.
+    pub(crate) fn open_schedstat(&mut self, pid_name: &OsStr) -> io::Result<File> {
+        self.set_path(pid_name, "schedstat");
+        crate::bounded::open_nonblocking(&self.path)
+    }
+
+    /// The main thread's runtime in ns from a held `schedstat`; `None` when it is gone or its
+    /// line is odd.
+    pub(crate) fn read_runtime_at(&mut self, file: &File) -> Option<u64> {
+        parse::parse_schedstat_runtime(self.buf.read_all_at(file).ok()?)
+    }
+
+    /// Whether this tree's `schedstat` files count runtime: procfs' own, and the kernel keeps
+    /// them (without `sched_info_on` they read `0 0 0`, so this process, which has run, would
+    /// show none).
+    pub(crate) fn schedstat_counts(&mut self) -> bool {
+        self.path.clear();
+        self.path.push(&self.root);
+        self.path.push("self/schedstat");
+        let Ok(file) = crate::bounded::open_nonblocking(&self.path) else {
+            return false;
+        };
+        is_procfs(&file) && self.read_runtime_at(&file).is_some_and(|ns| ns > 0)
+    }
+
     /// Reads a held `stat` for [`Self::parse_loaded_stat`]. False when the read fails: the
     /// process the file was opened on is gone (its pid may be in use again), so the caller
     /// lets the file go and reads by path.

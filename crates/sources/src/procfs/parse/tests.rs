@@ -233,3 +233,23 @@ proptest::proptest! {
         proptest::prop_assert_eq!(duration_to_ticks(later, user_hz), ticks);
     }
 }
+
+#[test]
+fn schedstat_runtime_and_odd_lines() {
+    assert_eq!(
+        parse_schedstat_runtime(b"190945321 7675719 344\n"),
+        Some(190_945_321)
+    );
+    assert_eq!(parse_schedstat_runtime(b"0 120349 1"), Some(0));
+    for odd in [
+        &b""[..],
+        b"\n",
+        b"12 34\n",
+        b"12 34 56 78\n",
+        b"12  34 56\n",
+        b"-1 2 3\n",
+        b"18446744073709551616 1 1\n",
+    ] {
+        assert_eq!(parse_schedstat_runtime(odd), None, "{odd:?}");
+    }
+}

@@ -1,0 +1,178 @@
+//! Processes read through their main thread's `schedstat` between `stat` reads (see
+//! [`super::credit`]), against real processes: fixture trees linked to them, where the test
+//! sets the fork count, and this host's `/proc`, where the kernel does.
+
+use std::fs;
+use std::sync::Arc;
+use std::time::Duration;
+
+use kepler_core::{NoWorkloads, UsageSource};
+
+use super::held_tests::{fork_counted_tree, held, seen, set_forks, spawn, truth};
+use super::ProcfsSource;
+
+const TICK: Duration = Duration::from_millis(10);
+
+/// The main thread's runtime of `pid`, from its `schedstat`.
+fn runtime(pid: u32) -> Duration {
+    let text = fs::read(format!("/proc/{pid}/schedstat")).unwrap();
+    Duration::from_nanos(super::parse::parse_schedstat_runtime(&text).unwrap())
+}
+
+fn threads(pid: u32) -> usize {
+    fs::read_dir(format!("/proc/{pid}/task")).unwrap().count()
+}
+
+/// Lets a source over this host's `/proc` hold a file for every process: its budget is an
+/// eighth of the open-file limit each, which a test runner's soft limit of 1,024 would leave
+/// below the processes of a busy host (the agent raises its own).
+fn raise_open_file_limit() {
+    let mut limit = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: both calls only read or write the one struct passed by pointer.
+    unsafe {
+        assert_eq!(libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit), 0);
+        limit.rlim_cur = limit.rlim_max;
+        assert_eq!(libc::setrlimit(libc::RLIMIT_NOFILE, &limit), 0);
+    }
+}
+
+/// A multiple of USER_HZ's tick: what `stat` alone gives (USER_HZ is 100 here).
+fn whole_ticks(d: Duration) -> bool {
+    d.as_nanos().is_multiple_of(TICK.as_nanos())
+}
+
+#[test]
+fn a_single_threaded_process_is_read_through_its_main_thread_while_no_task_starts() {
+    assert_eq!(
+        super::read::user_hz(),
+        Some(100),
+        "the tick below assumes USER_HZ 100"
+    );
+    let burner = spawn("while :; do :; done");
+    let pid = burner.0.id();
+    let (root, mut source) = fork_counted_tree(4401, pid);
+    source.reader.count_fixture_forks();
+    source.schedstat_counts = true;
+    let mut last = Duration::ZERO;
+    let mut scan = |source: &mut ProcfsSource| {
+        std::thread::sleep(Duration::from_millis(30));
+        let stat_before = truth(pid).0;
+        let cpu = seen(&source.snapshot().unwrap(), 4401).0;
+        let runtime_after = runtime(pid);
+        assert!(cpu >= last, "went back: {cpu:?} after {last:?}");
+        assert!(
+            cpu <= runtime_after,
+            "{cpu:?} above the runtime {runtime_after:?}"
+        );
+        assert!(
+            cpu + 2 * TICK >= stat_before,
+            "{cpu:?} behind stat's {stat_before:?}"
+        );
+        last = cpu;
+        cpu
+    };
+    // The first scan has no fork count before it, the second no runtime baseline: both read
+    // `stat`, and the second the main thread's runtime after it.
+    assert!(whole_ticks(scan(&mut source)));
+    assert!(whole_ticks(scan(&mut source)));
+    assert_eq!(held(&format!("/proc/{pid}/schedstat")), 1);
+    // Now the delta of the runtime, in ns, is credited on top of `stat`'s ticks.
+    assert!(!whole_ticks(scan(&mut source)));
+    assert!(!whole_ticks(scan(&mut source)));
+    // A task started: `stat` again, then its baseline, then the main thread again.
+    set_forks(root.path(), 11);
+    scan(&mut source);
+    assert!(!whole_ticks(scan(&mut source)));
+}
+
+#[test]
+fn a_process_with_another_thread_is_read_through_stat() {
+    let script = "exec python3 -c 'import threading, time\n\
+                  threading.Thread(target=time.sleep, args=(60,), daemon=True).start()\n\
+                  while True: pass'";
+    let busy = spawn(script);
+    let pid = busy.0.id();
+    let waited = std::time::Instant::now();
+    while threads(pid) < 2 {
+        assert!(
+            waited.elapsed() < Duration::from_secs(20),
+            "python3 never started its thread"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let (_root, mut source) = fork_counted_tree(4402, pid);
+    source.reader.count_fixture_forks();
+    source.schedstat_counts = true;
+    for _ in 0..5 {
+        std::thread::sleep(Duration::from_millis(30));
+        let before = truth(pid).0;
+        let cpu = seen(&source.snapshot().unwrap(), 4402).0;
+        let after = truth(pid).0;
+        assert!(
+            whole_ticks(cpu) && before <= cpu && cpu <= after,
+            "{before:?} {cpu:?} {after:?}"
+        );
+    }
+    assert_eq!(held(&format!("/proc/{pid}/schedstat")), 0);
+}
+
+/// On this host's `/proc` the kernel's fork count decides: whichever way each scan reads the
+/// process, its credit stays between `stat` before the scan and the runtime after it.
+#[test]
+fn on_this_host_a_burner_s_credit_stays_between_its_stat_and_its_runtime() {
+    raise_open_file_limit();
+    let burner = spawn("while :; do :; done");
+    let pid = burner.0.id();
+    let mut source = ProcfsSource::new("/proc".into(), Arc::new(NoWorkloads)).unwrap();
+    source.held_cap = usize::MAX;
+    assert!(
+        source.schedstat_counts,
+        "this kernel's schedstat counts runtime"
+    );
+    let mut last = Duration::ZERO;
+    let mut by_leader = 0;
+    for _ in 0..12 {
+        std::thread::sleep(Duration::from_millis(50));
+        let stat_before = truth(pid).0;
+        let cpu = seen(&source.snapshot().unwrap(), pid).0;
+        let runtime_after = runtime(pid);
+        assert!(cpu >= last, "went back: {cpu:?} after {last:?}");
+        assert!(
+            cpu <= runtime_after,
+            "{cpu:?} above the runtime {runtime_after:?}"
+        );
+        assert!(
+            cpu + 2 * TICK >= stat_before,
+            "{cpu:?} behind stat's {stat_before:?}"
+        );
+        by_leader += usize::from(!whole_ticks(cpu));
+        last = cpu;
+    }
+    eprintln!("{by_leader} of 12 scans read the burner through its main thread");
+}
+
+/// Threads that start and end between two scans are counted: their start moves the fork count,
+/// so the scan reads `stat`, which holds the time of the group's ended threads.
+#[test]
+fn on_this_host_the_time_of_threads_that_ended_between_scans_is_credited() {
+    let script = "exec python3 -c 'import threading, time\n\
+                  def burn():\n    t = time.time()\n    while time.time() - t < 0.03: pass\n\
+                  while True:\n    threading.Thread(target=burn).start()\n    time.sleep(0.05)'";
+    raise_open_file_limit();
+    let parent = spawn(script);
+    let pid = parent.0.id();
+    let mut source = ProcfsSource::new("/proc".into(), Arc::new(NoWorkloads)).unwrap();
+    source.held_cap = usize::MAX;
+    std::thread::sleep(Duration::from_millis(300));
+    for _ in 0..10 {
+        std::thread::sleep(Duration::from_millis(150));
+        let before = truth(pid).0;
+        let cpu = seen(&source.snapshot().unwrap(), pid).0;
+        let after = truth(pid).0;
+        assert!(cpu + 2 * TICK >= before, "{cpu:?} behind stat's {before:?}");
+        assert!(cpu <= after + 2 * TICK, "{cpu:?} above stat's {after:?}");
+    }
+}
