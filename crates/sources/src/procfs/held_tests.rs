@@ -68,6 +68,7 @@ pub(super) fn seen(snapshot: &UsageSnapshot, pid: u32) -> (Duration, Duration) {
 
 #[test]
 fn a_held_stat_follows_the_process_cpu_time() {
+    let _alone = alone();
     let burner = spawn("while :; do :; done");
     let pid = burner.0.id();
     let root = fixture_root();
@@ -109,6 +110,7 @@ fn a_held_stat_follows_the_process_cpu_time() {
 
 #[test]
 fn a_pid_that_names_another_process_is_read_afresh() {
+    let _alone = alone();
     let first = spawn("sleep 60");
     let root = fixture_root();
     link(root.path(), 4243, first.0.id());
@@ -142,6 +144,7 @@ fn a_pid_that_names_another_process_is_read_afresh() {
 
 #[test]
 fn no_more_files_are_held_than_the_budget() {
+    let _alone = alone();
     let sleepers: Vec<Reaped> = (0..3).map(|_| spawn("sleep 60")).collect();
     let root = fixture_root();
     for (i, s) in sleepers.iter().enumerate() {
@@ -173,9 +176,15 @@ fn no_more_files_are_held_than_the_budget() {
     assert_eq!(others.map(|(_, s)| held_for(s.0.id())).sum::<usize>(), 1);
 }
 
-/// Taken by the tests that read this host's `/proc/stat` and `/proc/uptime` through a reader:
-/// one of them counts this process's descriptors of those files.
-static NODE_FILES: std::sync::Mutex<()> = std::sync::Mutex::new(());
+/// Taken by the tests that count this process's descriptors of procfs files, and by those
+/// that scan this host's `/proc` (which hold files of every process, the others' included), so
+/// that no count sees another test's files.
+pub(super) static HELD_FILES: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+/// [`HELD_FILES`], taken even where a test that held it failed.
+pub(super) fn alone() -> std::sync::MutexGuard<'static, ()> {
+    HELD_FILES.lock().unwrap_or_else(|e| e.into_inner())
+}
 
 /// How many of this test process's descriptors are `target`.
 pub(super) fn held(target: &str) -> usize {
@@ -188,7 +197,7 @@ pub(super) fn held(target: &str) -> usize {
 
 #[test]
 fn the_node_stat_and_uptime_of_procfs_are_held_and_read_afresh_and_a_fixture_s_are_not() {
-    let _alone = NODE_FILES.lock().unwrap_or_else(|e| e.into_inner());
+    let _alone = alone();
     let mut reader = super::ProcfsReader::new("/proc").unwrap();
     let before = held("/proc/stat");
     let first = reader.read_node_cpu_times().unwrap();
@@ -297,7 +306,7 @@ fn a_fixture_tree_is_listed_at_every_scan_whatever_its_fork_count() {
 
 #[test]
 fn procfs_counts_forks_and_the_source_sees_processes_start_and_end() {
-    let _alone = NODE_FILES.lock().unwrap_or_else(|e| e.into_inner());
+    let _alone = alone();
     let mut reader = super::ProcfsReader::new("/proc").unwrap();
     let before = reader.read_node_stat().unwrap().forks.unwrap();
     let mut source = ProcfsSource::new("/proc".into(), Arc::new(NoWorkloads)).unwrap();
