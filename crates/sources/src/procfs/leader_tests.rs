@@ -60,6 +60,16 @@ fn whole_ticks(d: Duration) -> bool {
 
 #[test]
 fn a_single_threaded_process_is_read_through_its_main_thread_while_no_task_starts() {
+    read_through_the_main_thread(None);
+}
+
+/// Beyond the budget of held files, `schedstat` is read by path.
+#[test]
+fn a_process_without_held_files_is_read_through_its_main_thread_too() {
+    read_through_the_main_thread(Some(0));
+}
+
+fn read_through_the_main_thread(held_cap: Option<usize>) {
     assert_eq!(
         super::read::user_hz(),
         Some(100),
@@ -70,6 +80,9 @@ fn a_single_threaded_process_is_read_through_its_main_thread_while_no_task_start
     let (root, mut source) = fork_counted_tree(4401, pid);
     source.reader.count_fixture_forks();
     source.schedstat_counts = true;
+    if let Some(cap) = held_cap {
+        source.held_cap = cap;
+    }
     let mut last = Duration::ZERO;
     let mut scan = |source: &mut ProcfsSource| {
         run_a_while(pid);
@@ -92,10 +105,8 @@ fn a_single_threaded_process_is_read_through_its_main_thread_while_no_task_start
     // `stat`, and the second the main thread's runtime after it.
     assert!(whole_ticks(scan(&mut source)));
     assert!(whole_ticks(scan(&mut source)));
-    assert!(source
-        .cache
-        .get(&4401)
-        .is_some_and(|c| c.schedstat.is_some()));
+    let held = source.cache.get(&4401).map(|c| c.schedstat.is_some());
+    assert_eq!(held, Some(held_cap != Some(0)));
     // Now the delta of the runtime, in ns, is credited on top of `stat`'s ticks.
     assert!(!whole_ticks(scan(&mut source)));
     assert!(!whole_ticks(scan(&mut source)));

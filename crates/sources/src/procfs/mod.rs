@@ -182,14 +182,19 @@ impl ProcfsSource {
 
     /// The process at `pid` through its main thread's `schedstat`, where [`Credit`] lets it
     /// stand for the whole process this scan; `None` where not, or when the read fails (the
-    /// caller then reads `stat`).
-    fn read_by_leader(&mut self, pid: u32) -> Option<ProcessUsage> {
+    /// caller then reads `stat`). A `schedstat` not held is read by path: while no task starts,
+    /// no other process can have taken the pid.
+    fn read_by_leader(&mut self, pid: u32, pid_name: &OsStr) -> Option<ProcessUsage> {
         let generation = self.generation;
         let cached = self.cache.get_mut(&pid)?;
         if !cached.credit.leader_suffices(generation) {
             return None;
         }
-        let Some(runtime) = self.reader.read_runtime_at(cached.schedstat.as_ref()?) else {
+        let runtime = match &cached.schedstat {
+            Some(file) => self.reader.read_runtime_at(file),
+            None => self.reader.read_runtime(pid_name),
+        };
+        let Some(runtime) = runtime else {
             // Gone, or an odd line: `stat` says which.
             cached.schedstat = None;
             return None;
@@ -208,24 +213,22 @@ impl ProcfsSource {
     }
 
     /// Reads the main thread's runtime of a process just read through `stat`, for the next
-    /// scan's [`Self::read_by_leader`]; holds its `schedstat` while the budget allows.
+    /// scan's [`Self::read_by_leader`]; holds its `schedstat` while the budget allows, and
+    /// reads it by path beyond (a process reused the pid since its `stat` read only if a task
+    /// started, and then the next scan reads `stat` again).
     fn read_leader_baseline(&mut self, pid: u32, pid_name: &OsStr) {
         let Some(cached) = self.cache.get_mut(&pid) else {
             return;
         };
-        if cached.schedstat.is_none() {
-            if self.held_schedstat >= self.held_budget {
-                return;
+        if cached.schedstat.is_none() && self.held_schedstat < self.held_budget {
+            if let Ok(file) = self.reader.open_schedstat(pid_name) {
+                self.held_schedstat += 1;
+                cached.schedstat = Some(file);
             }
-            let Ok(file) = self.reader.open_schedstat(pid_name) else {
-                return;
-            };
-            self.held_schedstat += 1;
-            cached.schedstat = Some(file);
         }
         let runtime = match &cached.schedstat {
             Some(file) => self.reader.read_runtime_at(file),
-            None => None,
+            None => self.reader.read_runtime(pid_name),
         };
         match runtime {
             Some(runtime) => cached.credit.set_leader(runtime, self.generation),
@@ -235,7 +238,7 @@ impl ProcfsSource {
 
     fn read_process(&mut self, pid: u32, pid_name: &OsStr) -> Option<ProcessUsage> {
         if self.reads.by_leader {
-            if let Some(usage) = self.read_by_leader(pid) {
+            if let Some(usage) = self.read_by_leader(pid, pid_name) {
                 return Some(usage);
             }
         }

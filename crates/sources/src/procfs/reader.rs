@@ -272,6 +272,12 @@ impl ProcfsReader {
         parse::parse_schedstat_runtime(self.buf.read_all_at(file).ok()?)
     }
 
+    /// [`Self::read_runtime_at`] by path, for a process whose `schedstat` is not held.
+    pub(crate) fn read_runtime(&mut self, pid_name: &OsStr) -> Option<u64> {
+        self.set_path(pid_name, "schedstat");
+        parse::parse_schedstat_runtime(self.buf.read_all(&self.path).ok()?)
+    }
+
     /// Whether this tree's `schedstat` files count runtime: procfs' own, and the kernel keeps
     /// them (without `sched_info_on` they read `0 0 0`, so this process, which has run, would
     /// show none).
