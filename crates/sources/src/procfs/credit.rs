@@ -75,7 +75,8 @@ impl Credit {
         if let Some((before, _)) = self.leader {
             // The kernel's counter only grows; a smaller value would be another task's, and
             // credits nothing rather than a wrapped difference.
-            self.credited += Duration::from_nanos(runtime_ns.saturating_sub(before));
+            let delta = Duration::from_nanos(runtime_ns.saturating_sub(before));
+            self.credited = self.credited.saturating_add(delta);
         }
         self.leader = Some((runtime_ns, generation));
         self.credited
