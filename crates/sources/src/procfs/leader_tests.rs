@@ -23,22 +23,6 @@ fn threads(pid: u32) -> usize {
     fs::read_dir(format!("/proc/{pid}/task")).unwrap().count()
 }
 
-/// Lets a source over this host's `/proc` hold a file for every process: its budget is an
-/// eighth of the open-file limit each, which a test runner's soft limit of 1,024 would leave
-/// below the processes of a busy host (the agent raises its own).
-fn raise_open_file_limit() {
-    let mut limit = libc::rlimit {
-        rlim_cur: 0,
-        rlim_max: 0,
-    };
-    // SAFETY: both calls only read or write the one struct passed by pointer.
-    unsafe {
-        assert_eq!(libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit), 0);
-        limit.rlim_cur = limit.rlim_max;
-        assert_eq!(libc::setrlimit(libc::RLIMIT_NOFILE, &limit), 0);
-    }
-}
-
 /// Waits until `pid` has run for 2 ms more, however busy the machine: a scan through the main
 /// thread then credits a delta in ns that is no whole number of ticks.
 fn run_a_while(pid: u32) {
@@ -51,6 +35,31 @@ fn run_a_while(pid: u32) {
         );
         std::thread::sleep(Duration::from_millis(5));
     }
+}
+
+/// Scans once and checks what the single-threaded `pid`, listed as `listed_pid`, is credited:
+/// never less than `last` (which it updates), never more than its runtime after the scan, and
+/// less than a `stat` rounding behind its `stat` before it.
+fn scan_single(
+    source: &mut ProcfsSource,
+    listed_pid: u32,
+    pid: u32,
+    last: &mut Duration,
+) -> Duration {
+    let stat_before = truth(pid).0;
+    let cpu = seen(&source.snapshot().unwrap(), listed_pid).0;
+    let runtime_after = runtime(pid);
+    assert!(cpu >= *last, "went back: {cpu:?} after {last:?}");
+    assert!(
+        cpu <= runtime_after,
+        "{cpu:?} above the runtime {runtime_after:?}"
+    );
+    assert!(
+        cpu + 2 * TICK >= stat_before,
+        "{cpu:?} behind stat's {stat_before:?}"
+    );
+    *last = cpu;
+    cpu
 }
 
 /// A multiple of USER_HZ's tick: what `stat` alone gives (USER_HZ is 100 here).
@@ -86,20 +95,7 @@ fn read_through_the_main_thread(held_cap: Option<usize>) {
     let mut last = Duration::ZERO;
     let mut scan = |source: &mut ProcfsSource| {
         run_a_while(pid);
-        let stat_before = truth(pid).0;
-        let cpu = seen(&source.snapshot().unwrap(), 4401).0;
-        let runtime_after = runtime(pid);
-        assert!(cpu >= last, "went back: {cpu:?} after {last:?}");
-        assert!(
-            cpu <= runtime_after,
-            "{cpu:?} above the runtime {runtime_after:?}"
-        );
-        assert!(
-            cpu + 2 * TICK >= stat_before,
-            "{cpu:?} behind stat's {stat_before:?}"
-        );
-        last = cpu;
-        cpu
+        scan_single(source, 4401, pid, &mut last)
     };
     // The first scan has no fork count before it, the second no runtime baseline: both read
     // `stat`, and the second the main thread's runtime after it.
@@ -156,11 +152,9 @@ fn a_process_with_another_thread_is_read_through_stat() {
 #[test]
 fn on_this_host_a_burner_s_credit_stays_between_its_stat_and_its_runtime() {
     let _alone = alone();
-    raise_open_file_limit();
     let burner = spawn("while :; do :; done");
     let pid = burner.0.id();
     let mut source = ProcfsSource::new("/proc".into(), Arc::new(NoWorkloads)).unwrap();
-    source.held_cap = usize::MAX;
     assert!(
         source.schedstat_counts,
         "this kernel's schedstat counts runtime"
@@ -169,20 +163,8 @@ fn on_this_host_a_burner_s_credit_stays_between_its_stat_and_its_runtime() {
     let mut by_leader = 0;
     for _ in 0..12 {
         std::thread::sleep(Duration::from_millis(50));
-        let stat_before = truth(pid).0;
-        let cpu = seen(&source.snapshot().unwrap(), pid).0;
-        let runtime_after = runtime(pid);
-        assert!(cpu >= last, "went back: {cpu:?} after {last:?}");
-        assert!(
-            cpu <= runtime_after,
-            "{cpu:?} above the runtime {runtime_after:?}"
-        );
-        assert!(
-            cpu + 2 * TICK >= stat_before,
-            "{cpu:?} behind stat's {stat_before:?}"
-        );
+        let cpu = scan_single(&mut source, pid, pid, &mut last);
         by_leader += usize::from(!whole_ticks(cpu));
-        last = cpu;
     }
     eprintln!("{by_leader} of 12 scans read the burner through its main thread");
 }
@@ -195,11 +177,9 @@ fn on_this_host_the_time_of_threads_that_ended_between_scans_is_credited() {
                   def burn():\n    t = time.time()\n    while time.time() - t < 0.03: pass\n\
                   while True:\n    threading.Thread(target=burn).start()\n    time.sleep(0.05)'";
     let _alone = alone();
-    raise_open_file_limit();
     let parent = spawn(script);
     let pid = parent.0.id();
     let mut source = ProcfsSource::new("/proc".into(), Arc::new(NoWorkloads)).unwrap();
-    source.held_cap = usize::MAX;
     std::thread::sleep(Duration::from_millis(300));
     for _ in 0..10 {
         std::thread::sleep(Duration::from_millis(150));

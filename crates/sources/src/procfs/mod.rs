@@ -364,12 +364,12 @@ impl UsageSource for ProcfsSource {
         self.listed_at_forks = forks.filter(|_| complete);
         let generation = self.generation;
         self.cache.retain(|_, c| c.generation == generation);
-        self.held = self.cache.values().filter(|c| c.stat.is_some()).count();
-        self.held_schedstat = self
-            .cache
-            .values()
-            .filter(|c| c.schedstat.is_some())
-            .count();
+        (self.held, self.held_schedstat) = self.cache.values().fold((0, 0), |(s, r), c| {
+            (
+                s + usize::from(c.stat.is_some()),
+                r + usize::from(c.schedstat.is_some()),
+            )
+        });
         self.last_count = processes.len();
         Ok(UsageSnapshot {
             uptime,

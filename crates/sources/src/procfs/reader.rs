@@ -282,9 +282,7 @@ impl ProcfsReader {
     /// them (without `sched_info_on` they read `0 0 0`, so this process, which has run, would
     /// show none).
     pub(crate) fn schedstat_counts(&mut self) -> bool {
-        self.path.clear();
-        self.path.push(&self.root);
-        self.path.push("self/schedstat");
+        self.set_path(OsStr::new("self"), "schedstat");
         let Ok(file) = crate::bounded::open_nonblocking(&self.path) else {
             return false;
         };
