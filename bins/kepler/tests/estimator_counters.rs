@@ -68,6 +68,7 @@ impl UsageSource for CountingUsage {
                 exited: false,
                 counters,
             }],
+            cgroups: Vec::new(),
         })
     }
 }

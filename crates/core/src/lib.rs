@@ -46,7 +46,8 @@ pub use snapshot::{
 pub use source::{MeterInput, PowerMeter, Provenance, ReadError, Unavailable, UsageSource};
 pub use units::{MicroJoules, Watts};
 pub use usage::{
-    CpuInfo, NodeCpuTimes, ProcessInfo, ProcessKey, ProcessUsage, TaskCounters, UsageSnapshot,
+    CgroupUsage, CpuInfo, NodeCpuTimes, ProcessInfo, ProcessKey, ProcessUsage, TaskCounters,
+    UsageSnapshot,
 };
 pub use workload::{
     Classifier, ContainerId, ContainerRef, NoWorkloads, PodRef, ProcessType, Runtime, VmId, VmRef,

@@ -52,6 +52,9 @@ pub struct ProcessInfo {
     pub cgroup_id: Option<u64>,
     pub kernel_thread: bool,
     pub workload: WorkloadIdentity,
+    /// The cgroup whose CPU usage counter counts this process, as the source names it in
+    /// [`UsageSnapshot::cgroups`]; `None` where the source reads no such counter for it.
+    pub usage_cgroup: Option<Arc<str>>,
 }
 
 #[derive(Clone, Debug, PartialEq)]
@@ -80,6 +83,25 @@ pub struct TaskCounters {
     pub context_switches: Option<u64>,
 }
 
+/// A cgroup's CPU usage counter (`cpuacct.usage`, cgroup2 `cpu.stat` `usage_usec`), read by
+/// the source after its processes: the kernel counts there every task that ran in the cgroup,
+/// also those the source never listed (a process that started and ended between two
+/// snapshots, the last moments of one that ended) or listed short of their truth. The
+/// attribution credits what the counter moved beyond the listed processes' CPU time to the
+/// cgroup's workload as the time of its ended processes (see `attribution::remainders`).
+#[derive(Clone, Debug, PartialEq)]
+pub struct CgroupUsage {
+    /// The cgroup, as its processes' [`ProcessInfo::usage_cgroup`] name it.
+    pub cgroup: Arc<str>,
+    /// CPU time used by tasks in the cgroup (less that of the sub-cgroups also listed) since
+    /// the reading of it the source reported last; `None` for its first reading, a baseline.
+    /// A source may leave a cgroup out of snapshots in which nothing can have ended: the next
+    /// reading then covers all of them.
+    pub since_last: Option<Duration>,
+    /// Whom that time belongs to: the workload of the cgroup's processes (none: the node's).
+    pub workload: WorkloadIdentity,
+}
+
 /// Everything a usage source saw at one instant.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct UsageSnapshot {
@@ -87,6 +109,8 @@ pub struct UsageSnapshot {
     pub uptime: Duration,
     pub node: NodeCpuTimes,
     pub processes: Vec<ProcessUsage>,
+    /// Cgroup usage counters read with the processes, where the source reads them.
+    pub cgroups: Vec<CgroupUsage>,
 }
 
 #[cfg(test)]

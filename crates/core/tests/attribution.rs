@@ -56,6 +56,7 @@ fn usage(uptime_s: u64, busy: u64, procs: Vec<(u32, u64, u64, Arc<ProcessInfo>)>
                 counters: None,
             })
             .collect(),
+        cgroups: Vec::new(),
     }
 }
 

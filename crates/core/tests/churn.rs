@@ -201,6 +201,7 @@ proptest! {
                     iowait: Duration::ZERO,
                 },
                 processes,
+                cgroups: Vec::new(),
             };
             let mut zones = vec![zone("package", st.package_uj)];
             if let Some(dram) = st.dram_uj {
@@ -368,6 +369,7 @@ fn a_churning_container_keeps_its_short_lived_processes_energy() {
                     iowait: Duration::ZERO,
                 },
                 processes,
+                cgroups: Vec::new(),
             },
             energy: Some(&[zone("package", 25_000_000)]),
             interval: Duration::from_secs(5),

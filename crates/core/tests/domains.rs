@@ -36,6 +36,7 @@ fn usage(uptime_s: u64, busy_s: u64, procs: &[(u32, u64, Arc<ProcessInfo>)]) -> 
                 counters: None,
             })
             .collect(),
+        cgroups: Vec::new(),
     }
 }
 

@@ -35,6 +35,7 @@ fn usage(uptime_s: u64, procs: &[(u32, u64, bool)]) -> UsageSnapshot {
                 counters: None,
             })
             .collect(),
+        cgroups: Vec::new(),
     }
 }
 

@@ -562,6 +562,7 @@ impl UsageSource for EbpfSource {
             uptime,
             node,
             processes: step.processes,
+            cgroups: Vec::new(),
         })
     }
 }

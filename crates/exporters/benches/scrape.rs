@@ -104,6 +104,7 @@ impl Host {
                 iowait: Duration::ZERO,
             },
             processes,
+            cgroups: Vec::new(),
         }
     }
 }

@@ -15,6 +15,7 @@
 #![warn(clippy::unwrap_used, clippy::expect_used)]
 
 pub mod bounded;
+pub mod cgroups;
 pub mod host;
 pub mod procfs;
 

@@ -7,6 +7,7 @@ use std::thread::sleep;
 use std::time::Duration;
 
 use kepler_core::{NoWorkloads, UsageSnapshot, UsageSource};
+use kepler_sources::cgroups::Counting;
 use kepler_sources::{probe, ProcfsReader, ProcfsSource};
 
 /// Kills and reaps the child even when an assertion fails.
@@ -60,8 +61,18 @@ fn finds_a_sleeping_child_with_its_identity() {
         p.info.cgroup_path
     );
 
-    // The shared reader (what the eBPF source describes processes with) agrees.
-    let described = ProcfsReader::new("/proc").unwrap().describe(pid).unwrap();
+    // The shared reader (what the eBPF source describes processes with) agrees, naming the
+    // cgroups that count processes as the source does where the host mounts one.
+    let mut reader = ProcfsReader::new("/proc").unwrap();
+    if let Some(counting) = Counting::detect(Path::new("/proc")) {
+        reader.name_usage_cgroups(&counting);
+        assert!(
+            p.info.usage_cgroup.is_some(),
+            "counted nowhere: {:?}",
+            p.info
+        );
+    }
+    let described = reader.describe(pid).unwrap();
     assert_eq!(described.key, p.key);
     assert_eq!(described.info, *p.info);
 

@@ -59,6 +59,7 @@ impl UsageSource for ScriptedUsage {
                     counters: None,
                 })
                 .collect(),
+            cgroups: Vec::new(),
         })
     }
 }

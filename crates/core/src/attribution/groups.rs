@@ -9,7 +9,7 @@ use super::{zero_watts, Attributor, FastMap, Workload};
 use crate::catalogue::CatalogueView;
 use crate::snapshot::ZoneValue;
 use crate::units::{MicroJoules, Watts};
-use crate::workload::{ContainerId, ContainerRef, PodRef, VmId, VmRef};
+use crate::workload::{ContainerId, ContainerRef, PodRef, VmId, VmRef, WorkloadIdentity};
 
 /// A container group: the ids its processes carry, and the names joined to them.
 pub(super) struct ContainerGroup {
@@ -86,6 +86,24 @@ fn gather<R>(
         .add(energy, cpu, ended);
 }
 
+impl GroupSums {
+    /// Adds an ended member's part of this tick (a remainder of ended processes) to its
+    /// workload's groups.
+    pub(super) fn gather_ended(
+        &mut self,
+        workload: &WorkloadIdentity,
+        energy: &[MicroJoules],
+        cpu: Duration,
+    ) {
+        if let Some(container) = &workload.container {
+            gather(&mut self.containers, container, energy, cpu, true);
+        }
+        if let Some(vm) = &workload.vm {
+            gather(&mut self.vms, vm, energy, cpu, true);
+        }
+    }
+}
+
 impl Attributor {
     /// Credits every listed process with its parts of this tick's zones, then the groups.
     pub(super) fn credit_and_roll_up(&mut self, interval: Duration) {
@@ -138,6 +156,8 @@ impl Attributor {
                 gather(&mut sums.vms, vm, &this_tick, cpu_delta, ended);
             }
         }
+
+        self.credit_remainders(&mut sums, interval);
 
         let catalogue = self.catalogue.clone();
         let generation = catalogue.generation();

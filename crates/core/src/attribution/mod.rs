@@ -2,7 +2,8 @@
 //! `PowerSnapshot`. No I/O; every rule of DESIGN §5 lives here.
 //!
 //! A tick runs in phases, each in its own module:
-//! 1. [`processes`]: CPU-time deltas per process, with the first-sight rule;
+//! 1. [`processes`]: CPU-time deltas per process, with the first-sight rule; [`remainders`]:
+//!    the time of processes no listing shows, from cgroup usage counters;
 //! 2. [`zones`]: per zone, node totals, the idle/active split, and the active energy divided
 //!    among processes by the zone's weights (CPU time, or shares the meter supplied);
 //! 3. [`groups`]: per-process energy credited, then rolled up to containers, pods and VMs,
@@ -13,6 +14,7 @@
 mod build;
 mod groups;
 mod processes;
+mod remainders;
 mod retention;
 mod zones;
 
@@ -142,7 +144,8 @@ pub struct Attributor {
     pods: FastMap<String, Workload<Arc<PodRef>>>,
     vms: FastMap<String, Workload<groups::VmGroup>>,
     // Reused buffers.
-    /// CPU-time delta per listed process this tick, in nanoseconds (the default weights).
+    /// CPU-time delta per listed process this tick, in nanoseconds (the default weights),
+    /// then one weight per remainder.
     weights: Vec<u64>,
     keys: Vec<ProcessKey>,
     /// Per zone of this tick: (zone index, each process's share).
@@ -152,6 +155,10 @@ pub struct Attributor {
     group_sums: GroupSums,
     /// Indices into `keys` of this tick's listings of ended or hidden processes.
     listed_ended: Vec<usize>,
+    /// The cgroups whose usage counters the source reads, by the name it gives them.
+    cgroups: FastMap<Arc<str>, remainders::CgroupState>,
+    /// This tick's remainders, weighted in `weights` after the processes.
+    remainders: remainders::Remainders,
     splitter: Splitter,
     /// The key last inserted for each pid, to find an ended process whose pid is reused.
     latest_by_pid: FastMap<u32, ProcessKey>,
@@ -180,6 +187,8 @@ impl Attributor {
             share_weights: Vec::new(),
             group_sums: GroupSums::default(),
             listed_ended: Vec::new(),
+            cgroups: FastMap::default(),
+            remainders: remainders::Remainders::default(),
             splitter: Splitter::default(),
             latest_by_pid: FastMap::default(),
             source_counts_from_start: false,
@@ -217,6 +226,7 @@ impl Attributor {
             .unwrap_or(0.0);
 
         self.observe_processes(usage);
+        self.observe_remainders(usage);
         self.attribute_zones(input.energy, ratio, input.interval);
         self.credit_and_roll_up(input.interval);
         self.end_unseen(usage.uptime);

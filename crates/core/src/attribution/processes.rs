@@ -79,9 +79,10 @@ impl Attributor {
                 entry.info = process.info.clone();
             }
             entry.workload.ended_at = process.exited.then_some(usage.uptime);
+            let delta_ns = u64::try_from(delta.as_nanos()).unwrap_or(u64::MAX);
             self.keys.push(process.key);
-            self.weights
-                .push(u64::try_from(delta.as_nanos()).unwrap_or(u64::MAX));
+            self.weights.push(delta_ns);
+            self.credit_process_cgroup(process.info.usage_cgroup.as_ref(), delta_ns, usage.uptime);
         }
 
         for old in ended_with_reused_pid {

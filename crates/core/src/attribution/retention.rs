@@ -61,6 +61,7 @@ impl Attributor {
         crate::scratch::trim_map(&mut self.processes, kept);
         let kept = self.latest_by_pid.len();
         crate::scratch::trim_map(&mut self.latest_by_pid, kept);
+        self.forget_cgroups(now, policy.retention);
         self.containers.retain(|_, w| !expired(w.ended_at));
         self.pods.retain(|_, w| !expired(w.ended_at));
         self.vms.retain(|_, w| !expired(w.ended_at));

@@ -179,8 +179,9 @@ impl Attributor {
     /// process if there is one; pids the usage source did not list get nothing, so their
     /// share is divided among the others in proportion (or, with none left, unattributed).
     fn fill_share_weights(&mut self, shares: &[ProcessShare]) {
+        // Remainders (after the processes in `weights`) have no pid: they take no share.
         self.share_weights.clear();
-        self.share_weights.resize(self.keys.len(), 0);
+        self.share_weights.resize(self.weights.len(), 0);
         let mut wanted: super::FastMap<u32, u64> = super::FastMap::default();
         for share in shares {
             let w = wanted.entry(share.pid).or_default();

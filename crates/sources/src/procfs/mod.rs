@@ -8,7 +8,7 @@
 
 mod credit;
 mod parse;
-mod read;
+pub(crate) mod read;
 mod reader;
 
 #[cfg(test)]
@@ -28,9 +28,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use kepler_core::{
-    Classifier, ProcessInfo, ProcessKey, ProcessUsage, ReadError, Unavailable, UsageSnapshot,
-    UsageSource,
+    CgroupUsage, Classifier, ProcessInfo, ProcessKey, ProcessUsage, ReadError, Unavailable,
+    UsageSnapshot, UsageSource,
 };
+
+use crate::cgroups::{Counting, UsageCounters};
 
 pub use reader::{ProcessDescription, ProcessState, ProcfsReader};
 
@@ -122,6 +124,14 @@ pub struct ProcfsSource {
     /// Uptime at the last scan that read every process through `stat`.
     all_stat_at: Option<Duration>,
     reads: ScanReads,
+    /// The usage counters of the cgroups that count the processes, where the agent sees a
+    /// counting hierarchy (see [`crate::cgroups`]): the time of processes that started and
+    /// ended between two scans, and of the last moments of those that ended, reaches their
+    /// cgroup's workload through them.
+    counters: Option<UsageCounters>,
+    /// The fork count at the counters' last read, and whether a process went since.
+    counted_at_forks: Option<u64>,
+    gone_since_counted: bool,
 }
 
 impl ProcfsSource {
@@ -146,6 +156,9 @@ impl ProcfsSource {
             quiet_before: false,
             all_stat_at: None,
             reads: ScanReads::default(),
+            counters: None,
+            counted_at_forks: None,
+            gone_since_counted: false,
         };
         let reader = &mut source.reader;
         reader
@@ -153,6 +166,10 @@ impl ProcfsSource {
             .and_then(|_| reader.read_uptime())
             .map_err(|e| Unavailable::new(format!("procfs at {}: {e}", reader.root().display())))?;
         source.schedstat_counts = source.reader.schedstat_counts();
+        if let Some(counting) = Counting::detect(source.reader.root()) {
+            source.reader.name_usage_cgroups(&counting);
+            source.counters = Some(UsageCounters::new(counting));
+        }
         Ok(source)
     }
 
@@ -351,6 +368,7 @@ impl UsageSource for ProcfsSource {
         // scan lists the tree.
         let NodeStat { cpu: node, forks } = self.reader.read_node_stat()?;
         let uptime = self.reader.read_uptime()?;
+        let cgroups = self.read_counters(forks);
         self.generation = self.generation.wrapping_add(1);
         // Asked each scan: the HTTP server raises the limit after this source is made.
         self.held_budget = held_stat_budget(self.held_cap);
@@ -363,7 +381,12 @@ impl UsageSource for ProcfsSource {
         // A process not read (gone, or unreadable this time) makes the next scan list again.
         self.listed_at_forks = forks.filter(|_| complete);
         let generation = self.generation;
+        let known = self.cache.len();
         self.cache.retain(|_, c| c.generation == generation);
+        self.gone_since_counted |= self.cache.len() < known;
+        if let Some(counters) = &mut self.counters {
+            counters.note_listed(&processes);
+        }
         (self.held, self.held_schedstat) = self.cache.values().fold((0, 0), |(s, r), c| {
             (
                 s + usize::from(c.stat.is_some()),
@@ -375,11 +398,28 @@ impl UsageSource for ProcfsSource {
             uptime,
             node,
             processes,
+            cgroups,
         })
     }
 }
 
 impl ProcfsSource {
+    /// The cgroup counters, read before the scan (see [`UsageCounters::read`]) when a task may
+    /// have ended since their last read: the fork count moved, a process went, or the count is
+    /// not known.
+    fn read_counters(&mut self, forks: Option<u64>) -> Vec<CgroupUsage> {
+        let mut cgroups = Vec::new();
+        if let Some(counters) = &mut self.counters {
+            let may_have_ended =
+                forks.is_none() || forks != self.counted_at_forks || self.gone_since_counted;
+            if counters.read(may_have_ended, &mut cgroups) {
+                self.counted_at_forks = forks;
+                self.gone_since_counted = false;
+            }
+        }
+        cgroups
+    }
+
     /// How this scan may read processes, from the node's fork count (`None`: unknown) and the
     /// uptime before it.
     fn scan_reads(&mut self, forks: Option<u64>, uptime: Duration) -> ScanReads {

@@ -12,6 +12,7 @@ use crate::bounded::{limits, open_nonblocking, read_again_from_start};
 
 /// A reusable read buffer. Its `Vec` stays at full length so reads need no re-zeroing;
 /// `len` says how much of it the last read filled.
+#[derive(Debug)]
 pub(crate) struct Buffer {
     data: Vec<u8>,
     len: usize,

@@ -14,6 +14,7 @@ use super::parse::{self, PidStat, PF_KTHREAD};
 use crate::bounded::open_nonblocking;
 
 use super::read::{io_error, is_procfs, is_vanished, parse_error, user_hz, Buffer};
+use crate::cgroups::{Counting, UsageNames};
 
 /// What `/proc/<pid>` tells about a process, as [`ProcfsReader::describe`] reads it.
 #[derive(Clone, Debug, PartialEq)]
@@ -61,6 +62,8 @@ pub struct ProcfsReader {
     /// Whether a fixture's `stat` counts forks as the kernel's would (tests of the source's
     /// listing rule); the kernel's own is always trusted.
     fixture_counts_forks: bool,
+    /// Names the cgroup that counts each process described, where the source reads counters.
+    usage_names: Option<UsageNames>,
 }
 
 /// A file read every tick, held open once read when it is procfs' own: a `pread` makes the
@@ -104,11 +107,18 @@ impl ProcfsReader {
             node_stat: TickFile::new(root.join("stat")),
             uptime: TickFile::new(root.join("uptime")),
             fixture_counts_forks: false,
+            usage_names: None,
             path: PathBuf::with_capacity(root.as_os_str().len() + 32),
             root,
             user_hz,
             buf: Buffer::new(),
         })
+    }
+
+    /// From now on each process described also gets the cgroup that counts it
+    /// ([`ProcessInfo::usage_cgroup`]) in the hierarchies `counting` has mounted.
+    pub fn name_usage_cgroups(&mut self, counting: &Counting) {
+        self.usage_names = Some(UsageNames::new(counting));
     }
 
     /// The procfs root this reader reads.
@@ -347,8 +357,9 @@ impl ProcfsReader {
             info.cmdline = parse::parse_cmdline(self.read_cmdline()?);
         }
         self.set_path(pid_name, "cgroup");
-        let cgroup = String::from_utf8_lossy(self.read_optional()?);
+        let cgroup = String::from_utf8_lossy(read_optional(&mut self.buf, &self.path)?);
         info.cgroup_path = parse::select_cgroup_path(&cgroup).to_owned();
+        info.usage_cgroup = self.usage_names.as_mut().and_then(|n| n.of(&cgroup));
         Some(info)
     }
 
@@ -375,16 +386,17 @@ impl ProcfsReader {
         }
         Some(self.buf.bytes())
     }
+}
 
-    /// Reads `self.path`: `None` when the process vanished, empty content on other errors.
-    fn read_optional(&mut self) -> Option<&[u8]> {
-        if let Err(e) = self.buf.read_all(&self.path) {
-            if is_vanished(&e) {
-                return None;
-            }
-            tracing::debug!(path = %self.path.display(), error = %e, "reading as empty");
-            return Some(&[]);
+/// The file at `path` into `buf`; empty (logged) when it cannot be read, `None` when its
+/// process is gone.
+fn read_optional<'b>(buf: &'b mut Buffer, path: &Path) -> Option<&'b [u8]> {
+    if let Err(e) = buf.read_all(path) {
+        if is_vanished(&e) {
+            return None;
         }
-        Some(self.buf.bytes())
+        tracing::debug!(path = %path.display(), error = %e, "reading as empty");
+        return Some(&[]);
     }
+    Some(buf.bytes())
 }

@@ -1,0 +1,370 @@
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use kepler_core::{CgroupUsage, ProcessInfo, ProcessKey, ProcessUsage, WorkloadIdentity};
+
+use super::*;
+
+/// A cpuacct tree of fixture files.
+struct Tree {
+    dir: tempfile::TempDir,
+}
+
+impl Tree {
+    fn new() -> Tree {
+        Tree {
+            dir: tempfile::tempdir().unwrap(),
+        }
+    }
+
+    /// Sets cgroup `name`'s counter (`cpuacct:/path` in ns, `unified:/path` in µs).
+    fn set(&self, name: &str, value: &str) {
+        let (hierarchy, cgroup) = CountingHierarchy::split(name).unwrap();
+        let (root, file, content) = match hierarchy {
+            CountingHierarchy::Cpuacct => ("cpuacct", "cpuacct.usage", value.to_string()),
+            CountingHierarchy::Unified => (
+                "unified",
+                "cpu.stat",
+                format!("usage_usec {value}\nuser_usec 0\n"),
+            ),
+        };
+        let dir = self
+            .dir
+            .path()
+            .join(root)
+            .join(cgroup.trim_start_matches('/'));
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join(file), content).unwrap();
+    }
+
+    fn counters(&self) -> UsageCounters {
+        UsageCounters::new(Counting {
+            cpuacct: Some(self.dir.path().join("cpuacct")),
+            unified: Some(self.dir.path().join("unified")),
+        })
+    }
+
+    fn root(&self) -> &Path {
+        self.dir.path()
+    }
+}
+
+fn process(pid: u32, cgroup: &Arc<str>) -> ProcessUsage {
+    ProcessUsage {
+        key: ProcessKey {
+            pid,
+            start_time: Duration::from_secs(1),
+        },
+        cpu_time: Duration::ZERO,
+        info: Arc::new(ProcessInfo {
+            usage_cgroup: Some(cgroup.clone()),
+            ..ProcessInfo::default()
+        }),
+        exited: false,
+        counters: None,
+    }
+}
+
+fn read(
+    c: &mut UsageCounters,
+    processes: &[ProcessUsage],
+    may_have_ended: bool,
+) -> Vec<(String, Option<u64>)> {
+    let mut out = Vec::new();
+    c.note_listed(processes);
+    c.read(may_have_ended, &mut out);
+    let mut got: Vec<_> = out
+        .into_iter()
+        .map(
+            |CgroupUsage {
+                 cgroup, since_last, ..
+             }| (cgroup.to_string(), since_last.map(|d| d.as_nanos() as u64)),
+        )
+        .collect();
+    got.sort();
+    got
+}
+
+#[test]
+fn a_first_reading_is_a_baseline_then_movements_follow() {
+    let tree = Tree::new();
+    tree.set("cpuacct:/a", "1000\n");
+    let a: Arc<str> = "cpuacct:/a".into();
+    let listed = [process(1, &a), process(2, &a)];
+    let mut c = tree.counters();
+    // New: read even when nothing may have ended.
+    assert_eq!(
+        read(&mut c, &listed, false),
+        [("cpuacct:/a".to_string(), None)]
+    );
+    tree.set("cpuacct:/a", "1500\n");
+    // Nothing may have ended and nothing is new: not read, the next reading covers both.
+    assert_eq!(read(&mut c, &listed, false), []);
+    tree.set("cpuacct:/a", "1700\n");
+    assert_eq!(
+        read(&mut c, &listed, true),
+        [("cpuacct:/a".to_string(), Some(700))]
+    );
+    assert_eq!(c.tracked(), 1);
+}
+
+#[test]
+fn read_children_are_taken_out_of_their_ancestors() {
+    let tree = Tree::new();
+    for (cg, ns) in [
+        ("cpuacct:/", "100"),
+        ("cpuacct:/k", "50"),
+        ("cpuacct:/k/p/c1", "10"),
+        ("cpuacct:/other", "5"),
+    ] {
+        tree.set(cg, ns);
+    }
+    let names: Vec<Arc<str>> = ["cpuacct:/", "cpuacct:/k", "cpuacct:/k/p/c1"]
+        .iter()
+        .map(|n| Arc::from(*n))
+        .collect();
+    let listed: Vec<_> = names
+        .iter()
+        .enumerate()
+        .map(|(i, n)| process(i as u32 + 1, n))
+        .collect();
+    let mut c = tree.counters();
+    read(&mut c, &listed, true);
+    // Root +1000 (of which /k +300, of which /k/p/c1 +100; /other, not read, +20).
+    for (cg, ns) in [
+        ("cpuacct:/", "1100"),
+        ("cpuacct:/k", "350"),
+        ("cpuacct:/k/p/c1", "110"),
+        ("cpuacct:/other", "25"),
+    ] {
+        tree.set(cg, ns);
+    }
+    assert_eq!(
+        read(&mut c, &listed, true),
+        [
+            ("cpuacct:/".to_string(), Some(700)),
+            ("cpuacct:/k".to_string(), Some(200)),
+            ("cpuacct:/k/p/c1".to_string(), Some(100)),
+        ]
+    );
+}
+
+#[test]
+fn a_child_read_after_its_parent_moved_more_is_paid_back_later() {
+    let tree = Tree::new();
+    tree.set("cpuacct:/", "100");
+    tree.set("cpuacct:/a", "10");
+    let names: Vec<Arc<str>> = vec!["cpuacct:/".into(), "cpuacct:/a".into()];
+    let listed: Vec<_> = names
+        .iter()
+        .enumerate()
+        .map(|(i, n)| process(i as u32 + 1, n))
+        .collect();
+    let mut c = tree.counters();
+    read(&mut c, &listed, true);
+    // The child's counter ran on between the two reads: it moved more than its parent did.
+    tree.set("cpuacct:/", "150");
+    tree.set("cpuacct:/a", "80");
+    assert_eq!(
+        read(&mut c, &listed, true),
+        [
+            ("cpuacct:/".to_string(), Some(0)),
+            ("cpuacct:/a".to_string(), Some(70))
+        ]
+    );
+    tree.set("cpuacct:/", "300");
+    tree.set("cpuacct:/a", "100");
+    // 150 - 20 = 130, less the 20 the child ran ahead.
+    assert_eq!(
+        read(&mut c, &listed, true),
+        [
+            ("cpuacct:/".to_string(), Some(110)),
+            ("cpuacct:/a".to_string(), Some(20))
+        ]
+    );
+}
+
+#[test]
+fn a_cgroup_without_processes_is_read_once_more_then_dropped() {
+    let tree = Tree::new();
+    tree.set("cpuacct:/a", "1000");
+    tree.set("cpuacct:/b", "1000");
+    let (a, b): (Arc<str>, Arc<str>) = ("cpuacct:/a".into(), "cpuacct:/b".into());
+    let mut c = tree.counters();
+    read(&mut c, &[process(1, &a), process(2, &b)], true);
+    tree.set("cpuacct:/b", "1400");
+    // /b's last process ended: its last moments are read, then it is dropped.
+    assert_eq!(
+        read(&mut c, &[process(1, &a)], true),
+        [
+            ("cpuacct:/a".to_string(), Some(0)),
+            ("cpuacct:/b".to_string(), Some(400))
+        ]
+    );
+    assert_eq!(c.tracked(), 1);
+    tree.set("cpuacct:/b", "1500");
+    // Listed again: a new baseline.
+    assert_eq!(
+        read(&mut c, &[process(1, &a), process(3, &b)], false),
+        [
+            ("cpuacct:/a".to_string(), Some(0)),
+            ("cpuacct:/b".to_string(), None)
+        ]
+    );
+}
+
+#[test]
+fn gone_and_odd_counters_are_dropped_and_odd_ones_counted() {
+    let tree = Tree::new();
+    tree.set("cpuacct:/gone", "1000");
+    tree.set("cpuacct:/odd", "1000");
+    tree.set("cpuacct:/ok", "1000");
+    let names: Vec<Arc<str>> = ["cpuacct:/gone", "cpuacct:/odd", "cpuacct:/ok"]
+        .iter()
+        .map(|n| Arc::from(*n))
+        .collect();
+    let listed: Vec<_> = names
+        .iter()
+        .enumerate()
+        .map(|(i, n)| process(i as u32 + 1, n))
+        .collect();
+    let mut c = tree.counters();
+    // By path, as beyond the held files: a removed cgroup's counter is then gone.
+    c.held_cap = 0;
+    read(&mut c, &listed, true);
+    std::fs::remove_dir_all(tree.root().join("cpuacct/gone")).unwrap();
+    tree.set("cpuacct:/odd", "12 34 garbage\n");
+    tree.set("cpuacct:/ok", "1010");
+    assert_eq!(
+        read(&mut c, &listed, true),
+        [("cpuacct:/ok".to_string(), Some(10))]
+    );
+    assert_eq!(c.unreadable(), 1, "the odd one, not the gone one");
+    assert_eq!(c.tracked(), 1);
+    // A counter that went back (a cgroup removed and made again under the same name) starts a
+    // new baseline.
+    tree.set("cpuacct:/ok", "5");
+    assert_eq!(
+        read(&mut c, &listed[2..], true),
+        [("cpuacct:/ok".to_string(), None)]
+    );
+}
+
+#[test]
+fn held_counter_files_are_read_again() {
+    let tree = Tree::new();
+    tree.set("cpuacct:/a", "1");
+    let a: Arc<str> = "cpuacct:/a".into();
+    let mut c = tree.counters();
+    assert!(c.held_cap > 0);
+    read(&mut c, &[process(1, &a)], true);
+    assert!(c.tracked.get(&a).unwrap().file.is_some());
+    // Rewritten in place, as the kernel's counter moves: the held file reads the new value.
+    std::fs::write(tree.root().join("cpuacct/a/cpuacct.usage"), "99\n").unwrap();
+    assert_eq!(
+        read(&mut c, &[process(1, &a)], true),
+        [("cpuacct:/a".to_string(), Some(98))]
+    );
+}
+
+#[test]
+fn counters_parse_in_both_hierarchies() {
+    assert_eq!(
+        parse_counter(CountingHierarchy::Cpuacct, b"63772374199\n"),
+        Some(63772374199)
+    );
+    assert_eq!(
+        parse_counter(
+            CountingHierarchy::Unified,
+            b"usage_usec 62108631\nuser_usec 1\n"
+        ),
+        Some(62108631000)
+    );
+    assert_eq!(
+        parse_counter(CountingHierarchy::Unified, b"user_usec 1\n"),
+        None
+    );
+    assert_eq!(parse_counter(CountingHierarchy::Cpuacct, b"-1\n"), None);
+    assert_eq!(parse_counter(CountingHierarchy::Cpuacct, b""), None);
+    assert_eq!(
+        parse_counter(
+            CountingHierarchy::Unified,
+            b"usage_usec 99999999999999999999\n"
+        ),
+        None
+    );
+    assert_eq!(
+        parse_counter(CountingHierarchy::Cpuacct, &[0xff, 0xfe]),
+        None
+    );
+}
+
+#[test]
+fn the_workload_of_a_listed_process_goes_with_its_cgroup() {
+    let tree = Tree::new();
+    tree.set("cpuacct:/a", "1");
+    let a: Arc<str> = "cpuacct:/a".into();
+    let mut p = process(1, &a);
+    let workload = WorkloadIdentity {
+        process_type: kepler_core::ProcessType::Container,
+        ..WorkloadIdentity::default()
+    };
+    Arc::make_mut(&mut p.info).workload = workload.clone();
+    let mut c = tree.counters();
+    let mut out = Vec::new();
+    c.note_listed(&[process(2, &"cpuacct:/none".into()), p]);
+    assert!(c.read(false, &mut out), "new cgroups are read");
+    assert!(
+        !c.read(false, &mut out),
+        "then only when a task may have ended"
+    );
+    let a = out.iter().find(|u| &*u.cgroup == "cpuacct:/a").unwrap();
+    assert_eq!(a.workload, workload);
+}
+
+#[test]
+fn cgroup2_cgroups_are_taken_out_of_the_node_and_their_own_ancestors() {
+    let tree = Tree::new();
+    // The node (cpuacct root, ns), a cgroup2 cgroup and its child (µs).
+    for (cg, v) in [
+        ("cpuacct:/", "10000000"),
+        ("unified:/bench", "1000"),
+        ("unified:/bench/a", "100"),
+    ] {
+        tree.set(cg, v);
+    }
+    let names: Vec<Arc<str>> = ["cpuacct:/", "unified:/bench", "unified:/bench/a"]
+        .iter()
+        .map(|n| Arc::from(*n))
+        .collect();
+    let listed: Vec<_> = names
+        .iter()
+        .enumerate()
+        .map(|(i, n)| process(i as u32 + 1, n))
+        .collect();
+    let mut c = tree.counters();
+    read(&mut c, &listed, true);
+    // The node +5 ms, of which /bench +2 ms, of which /bench/a +0.5 ms.
+    for (cg, v) in [
+        ("cpuacct:/", "15000000"),
+        ("unified:/bench", "3000"),
+        ("unified:/bench/a", "600"),
+    ] {
+        tree.set(cg, v);
+    }
+    assert_eq!(
+        read(&mut c, &listed, true),
+        [
+            ("cpuacct:/".to_string(), Some(3_000_000)),
+            ("unified:/bench".to_string(), Some(1_500_000)),
+            ("unified:/bench/a".to_string(), Some(500_000)),
+        ]
+    );
+    assert_eq!(
+        nearest_ancestor("unified:/x/y", &c.tracked).as_deref(),
+        Some("cpuacct:/")
+    );
+    assert_eq!(nearest_ancestor("cpuacct:/", &c.tracked), None);
+    assert_eq!(nearest_ancestor("odd", &c.tracked), None);
+}
