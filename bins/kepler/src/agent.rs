@@ -334,6 +334,7 @@ impl Ticker {
                             tracked: s.tracked_processes.load(Ordering::Relaxed),
                             exits_deferred: s.exits_deferred.load(Ordering::Relaxed),
                             task_iterator: s.task_iterator.load(Ordering::Relaxed),
+                            exits_counted: s.exits_counted.load(Ordering::Relaxed),
                         }),
                         process: self.own_process.as_ref().and_then(own_process),
                     },

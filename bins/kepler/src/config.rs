@@ -31,7 +31,7 @@ pub(crate) use self::choice::closed_choice;
 pub use self::choice::ChoiceError;
 pub use self::compat::{DebugCollector, DebugConfig};
 pub use self::duration::{parse_duration, GoDuration};
-pub use self::ebpf::{EbpfConfig, EbpfMode};
+pub use self::ebpf::{EbpfConfig, EbpfExits, EbpfMode};
 pub use self::estimator::{EstimatorConfig, EstimatorFamily, EstimatorOutput};
 pub use self::gpu::{FakeGpuConfig, GpuConfig};
 pub use self::kube::{KubeConfig, PodInformerConfig, PodInformerMode};

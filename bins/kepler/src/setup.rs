@@ -109,6 +109,7 @@ pub fn describe_failures(attempts: &[Attempt]) -> String {
 pub fn ebpf_settings(config: &Config) -> kepler_ebpf::EbpfSettings {
     kepler_ebpf::EbpfSettings {
         max_processes: config.ebpf.max_processes,
+        exits: config.ebpf.exits.into(),
         // Keeps the kernel BTF parse out of the agent's memory.
         loader: kepler_ebpf::Loader::Child(kepler_ebpf::LoaderCommand::this_executable()),
         // Refreshed on scrape (interval 0), snapshots are at least `staleness` apart.

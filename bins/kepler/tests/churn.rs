@@ -33,13 +33,52 @@ fn short_lived_processes_stay_in_their_container_without_series_of_their_own() {
         return;
     }
     let cgroup = TestCgroup::create(14).expect("a writable cgroup hierarchy");
+    // Exact exits: each short-lived process is followed to its end, and hidden.
+    let yaml = "ebpf:\n  exits: exact\n";
+    churn_in(yaml, 1, &cgroup.id, |cmd| cgroup.enter_then(cmd), None);
+}
+
+/// The same churn with exits counted through the cgroups (`ebpf.exits: cgroups`): nothing
+/// runs on `sched_switch`; the children, never listed, reach their container through the
+/// counter of its cgroup (cgroup2 here: a cgroup of the v1 `cpu` hierarchy alone has none).
+#[test]
+fn counted_exits_keep_short_lived_processes_in_their_container() {
+    if !is_root() {
+        skip("SKIP: needs root to place processes in a container-like cgroup and load eBPF");
+        return;
+    }
+    let cgroup = UnifiedCgroup::create(15).expect("a cgroup2 hierarchy");
+    let procs = cgroup.procs();
+    let enter = |cmd: &str| format!("echo $$ > {} && exec {cmd}", procs.display());
+    let yaml = "ebpf:\n  exits: cgroups\n";
+    // At 5 s the task iterator costs this VM less than charging every switch; at 1 s it may
+    // not, and sched_switch accounting has exact exits by construction.
+    churn_in(yaml, 5, &cgroup.id, enter, Some(&cgroup));
+}
+
+/// Runs the agent with `yaml` at an interval of `interval_s` and a shell in the container `id`
+/// (entered by the command `enter` makes) that starts the children; checks what is exported.
+/// With `truth`, the container's CPU time is also held to its cgroup2 counter.
+fn churn_in(
+    yaml: &str,
+    interval_s: u64,
+    id: &str,
+    enter: impl Fn(&str) -> String,
+    truth: Option<&UnifiedCgroup>,
+) {
     let sysfs = sysfs_dir();
     let _sim = PowercapSim::start(sysfs.path(), &[("package-0", 50.0, 1 << 40)]);
+    let config = tempfile::tempdir().unwrap();
+    let file = config.path().join("kepler.yaml");
+    std::fs::write(&file, yaml).unwrap();
+    let interval = format!("{interval_s}s");
     let (_agent, port) = start_agent(&[
+        "--config.file",
+        file.to_str().unwrap(),
+        "--monitor.interval",
+        &interval,
         "--host.sysfs",
         sysfs.path().to_str().unwrap(),
-        "--monitor.interval",
-        "1s",
     ]);
     wait_ready(port, Duration::from_secs(60));
     let first = scrape(port);
@@ -47,29 +86,31 @@ fn short_lived_processes_stay_in_their_container_without_series_of_their_own() {
         skip("SKIP: the eBPF source did not load; procfs cannot see processes between scans");
         return;
     }
+    let before = truth.and_then(UnifiedCgroup::cpu_usage);
 
     // Each child spins a few milliseconds; the shell waits for each, then reports what it
-    // and its children used.
+    // and its children used. It waits three intervals first, for the agent to list it (and
+    // read its cgroup's counter).
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("times");
     let script = dir.path().join("churn.sh");
     std::fs::write(
         &script,
         format!(
-            "n=0\nwhile [ $n -lt {CHILDREN} ]; do\n  sh -c 'i=0; while [ $i -lt 3000 ]; do i=$((i+1)); done'\n  n=$((n+1))\ndone\ntimes > {}\n",
+            "sleep {}\nn=0\nwhile [ $n -lt {CHILDREN} ]; do\n  sh -c 'i=0; while [ $i -lt 3000 ]; do i=$((i+1)); done'\n  n=$((n+1))\ndone\ntimes > {}\n",
+            3 * interval_s,
             out.display()
         ),
     )
     .unwrap();
     let mut shell = Command::new("sh")
         .arg("-c")
-        .arg(cgroup.enter_then(&format!("sh {}", script.display())))
+        .arg(enter(&format!("sh {}", script.display())))
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()
         .expect("spawn the churning shell");
 
-    let id = cgroup.id.as_str();
     let mut pids = HashSet::new();
     let mut scrapes = 0;
     let deadline = Instant::now() + Duration::from_secs(240);
@@ -103,7 +144,7 @@ fn short_lived_processes_stay_in_their_container_without_series_of_their_own() {
             finished = Some(Instant::now());
         }
         // Three more intervals after the shell ended, for its last exits to be reported.
-        if finished.is_some_and(|t| t.elapsed() > Duration::from_secs(3)) {
+        if finished.is_some_and(|t| t.elapsed() > Duration::from_secs(3 * interval_s)) {
             break;
         }
         assert!(
@@ -131,6 +172,25 @@ fn short_lived_processes_stay_in_their_container_without_series_of_their_own() {
         (container_cpu - used).abs() <= 0.2 * used + 0.1,
         "container {container_cpu} s, the shell measured {used} s for itself and its children"
     );
+    if let (Some(cgroup), Some(before)) = (truth, before) {
+        let counted = cgroup
+            .cpu_usage()
+            .unwrap()
+            .saturating_sub(before)
+            .as_secs_f64();
+        // The cgroup counts the shell's start too, before the agent's counter is read.
+        assert!(
+            (container_cpu - counted).abs() <= 0.05 * counted + 0.02,
+            "container {container_cpu} s, its cgroup counted {counted} s"
+        );
+        let info = select(&first, "kepler_agent_ebpf_accounting_info", &[]);
+        if info
+            .iter()
+            .any(|s| s.labels["accounting"] == "task_iterator")
+        {
+            assert_eq!(info[0].labels["exits"], "cgroup_counters");
+        }
+    }
     // And their energy, though no series of theirs holds it: more than its process series.
     let container_joules = one(
         &samples,

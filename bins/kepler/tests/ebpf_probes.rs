@@ -36,9 +36,9 @@ fn linked_tracepoints(pid: u32) -> Vec<String> {
 }
 
 /// Runs the agent with a powercap meter and `yaml`, and returns the tracepoints it holds
-/// links to once ready, and the accounting its metrics name; `None` when eBPF did not load
-/// here.
-fn tracepoints_with(yaml: &str) -> Option<(Vec<String>, String)> {
+/// links to once ready, and the accounting and exits its metrics name; `None` when eBPF did
+/// not load here.
+fn tracepoints_with(yaml: &str) -> Option<(Vec<String>, String, String)> {
     let dir = tempfile::tempdir().unwrap();
     let sysfs = sysfs_dir();
     let _sim = PowercapSim::start(sysfs.path(), &[("package-0", 50.0, 1 << 40)]);
@@ -48,11 +48,12 @@ fn tracepoints_with(yaml: &str) -> Option<(Vec<String>, String)> {
     let held = linked_tracepoints(agent.0.id());
     let samples = scrape(port);
     let accounting = select(&samples, "kepler_agent_ebpf_accounting_info", &[]);
+    if accounting.is_empty() {
+        return None;
+    }
     assert_eq!(accounting.len(), 1, "one accounting");
-    let accounting = accounting[0].labels["accounting"].clone();
-    held.iter()
-        .any(|t| t == "sched_switch")
-        .then_some((held, accounting))
+    let labels = &accounting[0].labels;
+    Some((held, labels["accounting"].clone(), labels["exits"].clone()))
 }
 
 #[test]
@@ -61,28 +62,44 @@ fn softirq_counting_is_attached_only_when_read() {
         skip("SKIP: needs root to load eBPF");
         return;
     }
-    // A measuring meter reads no features: only sched_switch stays.
-    let Some((held, accounting)) = tracepoints_with("ebpf:\n  enabled: true\n") else {
+    // A measuring meter reads no features: at most sched_switch stays, and nothing when the
+    // task iterator counts exits through the cgroups (a busy host, as while tests run).
+    let Some((held, accounting, exits)) = tracepoints_with("ebpf:\n  enabled: true\n") else {
         skip("SKIP: the eBPF source did not load here");
         return;
     };
-    assert_eq!(
-        held,
-        ["sched_switch"],
-        "with a power meter and nothing exported"
-    );
+    let expected: &[&str] = if exits == "cgroup_counters" {
+        assert_eq!(accounting, "task_iterator");
+        &[]
+    } else {
+        &["sched_switch"]
+    };
+    assert_eq!(held, expected, "with a power meter and nothing exported");
     // Nothing needs switches counted: either accounting may cost the node less.
     assert!(
         ["sched_switch", "task_iterator"].contains(&accounting.as_str()),
         "{accounting}"
     );
+    // Exits counted through the cgroups, where the iterator costs less: nothing on
+    // sched_switch at all.
+    let (held, accounting, exits) =
+        tracepoints_with("ebpf:\n  enabled: true\n  exits: cgroups\n").expect("eBPF loaded");
+    if accounting == "task_iterator" {
+        assert_eq!(exits, "cgroup_counters");
+        assert!(held.is_empty(), "counting exits: {held:?}");
+    } else {
+        assert_eq!(exits, "final_switch");
+        assert_eq!(held, ["sched_switch"]);
+    }
     // Exported features include the softirq counts: the probe stays, and charging at every
     // switch with it (its counts go to the entries sched_switch keeps).
-    let (held, accounting) = tracepoints_with("ebpf:\n  enabled: true\n  exportFeatures: true\n")
-        .expect("eBPF loaded a moment ago");
+    let (held, accounting, exits) =
+        tracepoints_with("ebpf:\n  enabled: true\n  exportFeatures: true\n")
+            .expect("eBPF loaded a moment ago");
     assert!(
         held.iter().any(|t| t == "softirq_entry") && held.iter().any(|t| t == "sched_switch"),
         "with exportFeatures: {held:?}"
     );
     assert_eq!(accounting, "sched_switch");
+    assert_eq!(exits, "final_switch");
 }

@@ -467,6 +467,7 @@ fn run_agent() -> Arc<AgentState> {
                 tracked: 12,
                 exits_deferred: 5,
                 task_iterator: false,
+                exits_counted: false,
             }),
             process: Some(ProcessStats {
                 cpu_seconds: 1.25 * (tick as f64 + 1.0),

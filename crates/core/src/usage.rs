@@ -55,6 +55,9 @@ pub struct ProcessInfo {
     /// The cgroup whose CPU usage counter counts this process, as the source names it in
     /// [`UsageSnapshot::cgroups`]; `None` where the source reads no such counter for it.
     pub usage_cgroup: Option<Arc<str>>,
+    /// Whether the cgroup its workload is found in has no usage counter the source can read:
+    /// the time of its children that no listing shows cannot be found for it.
+    pub usage_uncounted: bool,
 }
 
 #[derive(Clone, Debug, PartialEq)]

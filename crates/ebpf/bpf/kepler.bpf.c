@@ -62,6 +62,13 @@ struct task_totals {
 	__u64 dead_switches;
 	__u32 slot; /* iterator accounting: the group's slot in `pass_out` during pass `pass` */
 	__u32 _pad;
+	/*
+	 * Iterator accounting: the pass's reading on the kernel's own basis, what the group's
+	 * released threads left in its signal_struct plus every live thread, which needs no
+	 * final-switch program (see `kepler_iter`).
+	 */
+	__u64 sig_ns;
+	__u64 sig_switches;
 };
 
 /*
@@ -76,6 +83,8 @@ struct pass_slot {
 	__u64 cgroup_id;
 	__u64 cpu_ns;
 	__u64 switches;
+	__u64 sig_ns;
+	__u64 sig_switches;
 };
 
 /* Which pass the slots of `pass_out` hold, and how many it gave. */
@@ -533,7 +542,13 @@ struct bpf_iter__task {
 /*
  * One call per thread, then one with no task at the end of the pass. A group's entry is
  * restarted from its ended threads' part at the first of its threads the pass meets, and each
- * live thread adds the runtime the scheduler counted for it. A pass is one iterator session
+ * live thread adds the runtime the scheduler counted for it. Beside that reading, which needs
+ * kepler_exit to add each ended thread's final runtime, the pass makes one on the kernel's own
+ * basis (sig_ns): the runtime the group's released threads left in its signal_struct (the sum
+ * the kernel keeps for the group's /proc/<pid>/stat) plus its live threads. That one needs no
+ * program on sched_switch at all; what it misses (a thread between its exit and its release,
+ * the last moments of a group) reaches the group's cgroup through the cgroup's usage counter,
+ * which user space reads when it runs without kepler_exit. A pass is one iterator session
  * (user space opens one per snapshot), so a pass cut short leaves nothing for the next one to
  * add to. A thread past exit_notify (a zombie, or being released) is skipped: its final switch
  * adds it to the ended part, and until then a reading only misses it, never counts it twice.
@@ -555,14 +570,23 @@ int kepler_iter(struct bpf_iter__task *ctx)
 	if (!t)
 		return 0;
 	if (t->pass != pass) {
+		struct signal_struct *sig = task->signal;
+
 		t->pass = pass;
 		t->cpu_ns = t->dead_ns;
 		t->switches = t->dead_switches;
+		t->sig_ns = sig->sum_sched_runtime;
+		t->sig_switches = sig->nvcsw + sig->nivcsw;
 		t->cgroup_id = BPF_CORE_READ(task, cgroups, dfl_cgrp, kn, id);
 		t->slot = claim_slot(pass);
 	}
-	t->cpu_ns += task->se.sum_exec_runtime;
-	t->switches += task->nvcsw + task->nivcsw;
+	__u64 runtime = task->se.sum_exec_runtime;
+	__u64 switches = task->nvcsw + task->nivcsw;
+
+	t->cpu_ns += runtime;
+	t->switches += switches;
+	t->sig_ns += runtime;
+	t->sig_switches += switches;
 	/* The slot follows the entry thread by thread, so it holds the group's reading at the end. */
 	__u32 slot = t->slot;
 	struct pass_slot *s = bpf_map_lookup_elem(&pass_out, &slot);
@@ -574,6 +598,8 @@ int kepler_iter(struct bpf_iter__task *ctx)
 		s->cgroup_id = t->cgroup_id;
 		s->cpu_ns = t->cpu_ns;
 		s->switches = t->switches;
+		s->sig_ns = t->sig_ns;
+		s->sig_switches = t->sig_switches;
 	}
 	return 0;
 }

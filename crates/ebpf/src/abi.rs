@@ -33,6 +33,11 @@ pub(crate) struct TaskTotals {
     /// Iterator accounting: the group's slot in `pass_out` during pass `pass`.
     pub slot: u32,
     pub _pad: u32,
+    /// Iterator accounting: the last pass's reading on the kernel's own basis, what the
+    /// group's released threads left in its `signal_struct` plus its live threads; it needs no
+    /// final-switch program (see `kepler_iter`).
+    pub sig_ns: u64,
+    pub sig_switches: u64,
 }
 
 // SAFETY: plain integers, `repr(C)`, no padding left implicit.
@@ -58,6 +63,18 @@ impl TaskTotals {
             self.cgroup_id = other.cgroup_id;
         }
         self.flags |= other.flags;
+        // Each piece carries the whole group's last reading on this basis, not a part of it.
+        self.sig_ns = self.sig_ns.max(other.sig_ns);
+        self.sig_switches = self.sig_switches.max(other.sig_switches);
+    }
+
+    /// The same totals with the kernel-basis reading (`sig_*`) as the reading.
+    pub(crate) fn on_kernel_basis(&self) -> TaskTotals {
+        TaskTotals {
+            cpu_ns: self.sig_ns,
+            switches: self.sig_switches,
+            ..*self
+        }
     }
 }
 
@@ -103,6 +120,8 @@ pub(crate) struct PassSlot {
     pub cgroup_id: u64,
     pub cpu_ns: u64,
     pub switches: u64,
+    pub sig_ns: u64,
+    pub sig_switches: u64,
 }
 
 // SAFETY: plain integers, `repr(C)`, no implicit padding.
@@ -117,6 +136,8 @@ impl PassSlot {
             cpu_ns: self.cpu_ns,
             switches: self.switches,
             flags: self.flags,
+            sig_ns: self.sig_ns,
+            sig_switches: self.sig_switches,
             ..TaskTotals::default()
         }
     }
@@ -180,9 +201,9 @@ pub(crate) mod names {
     pub const HW_GLOBAL: &str = "hw_counters";
 }
 
-const _: () = assert!(std::mem::size_of::<TaskTotals>() == 120);
-const _: () = assert!(std::mem::size_of::<ExitRecord>() == 152);
-const _: () = assert!(std::mem::size_of::<PassSlot>() == 40);
+const _: () = assert!(std::mem::size_of::<TaskTotals>() == 136);
+const _: () = assert!(std::mem::size_of::<ExitRecord>() == 168);
+const _: () = assert!(std::mem::size_of::<PassSlot>() == 56);
 const _: () = assert!(std::mem::size_of::<CpuState>() == 48);
 
 #[cfg(test)]

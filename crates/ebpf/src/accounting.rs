@@ -37,6 +37,9 @@ pub struct HostLoad {
     pub quiet_processes: u64,
     /// Context switches per second, all CPUs.
     pub switches_per_s: f64,
+    /// Tasks created per second (processes and threads): with the switch rate, what exact
+    /// exits would cost (see [`crate::exits`]).
+    pub forks_per_s: f64,
 }
 
 impl HostLoad {
@@ -63,6 +66,7 @@ mod tests {
             unseen_threads: 0,
             quiet_processes: 0,
             switches_per_s,
+            forks_per_s: 0.0,
         }
     }
 

@@ -36,6 +36,7 @@ mod accounting;
 mod caps;
 mod cgroups;
 mod child;
+mod exits;
 mod fdpass;
 mod loader;
 mod map_batch;
@@ -61,6 +62,7 @@ use kepler_core::{NoWorkloads, Unavailable};
 
 pub use accounting::HostLoad;
 pub use child::{run_loader_child, LoaderCommand, LOADER_SUBCOMMAND};
+pub use exits::Exits;
 pub use probes::{ProbeState, Probes};
 pub use source::{Accounting, EbpfSource};
 
@@ -71,8 +73,8 @@ pub struct EbpfSettings {
     /// [`EbpfStats::tasks_full`].
     pub max_processes: u32,
     /// Bytes of the ring buffer holding exited groups between two snapshots (rounded up to a
-    /// power of two; a record takes 160 bytes, 152 of data and the ring's 8-byte header, so
-    /// 256 KiB holds ~1.6k exits). When exits come faster than an interval's worth of it,
+    /// power of two; a record takes 176 bytes, 168 of data and the ring's 8-byte header, so
+    /// 256 KiB holds ~1.5k exits). When exits come faster than an interval's worth of it,
     /// the source asks to be drained between snapshots ([`EbpfSource`]'s `drain_every`).
     /// Exits beyond it stay in the process map, marked, until a snapshot collects them
     /// ([`EbpfStats::exits_deferred`]): nothing is lost, but they cost map room meanwhile and
@@ -89,6 +91,8 @@ pub struct EbpfSettings {
     /// How often snapshots are taken: the task iterator's cost per snapshot is weighed against
     /// `sched_switch`'s per switch when the source chooses how to account CPU time.
     pub interval: Duration,
+    /// With the task iterator, how ended processes are learnt (`ebpf.exits`).
+    pub exits: Exits,
 }
 
 /// Where the programs are loaded. Loading parses the kernel's BTF, the largest allocation the
@@ -113,6 +117,7 @@ impl Default for EbpfSettings {
             cgroup2_root: None,
             loader: Loader::InProcess,
             interval: Duration::from_secs(5),
+            exits: Exits::Auto,
         }
     }
 }
@@ -146,6 +151,11 @@ pub struct EbpfStats {
     /// Whether CPU time is accounted by the task iterator rather than at every switch (see
     /// [`Accounting`]).
     pub task_iterator: AtomicBool,
+    /// Whether, with the task iterator, ended processes are counted through the cgroups'
+    /// usage counters rather than handed over exact at their final switch (see [`Exits`]).
+    pub exits_counted: AtomicBool,
+    /// Turns between exact and counted exits while running.
+    pub exit_turns: AtomicU64,
 }
 
 impl EbpfStats {

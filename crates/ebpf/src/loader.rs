@@ -138,6 +138,34 @@ impl Attached {
         Ok(())
     }
 
+    /// Takes `kepler_switch` off `sched_switch` with nothing in its place: the task iterator
+    /// then reads every group on the kernel's basis, and a group's end is learnt from the
+    /// passes (see `reconcile::Basis::Kernel`).
+    pub(crate) fn take_switch_out(&mut self) -> Result<(), String> {
+        self.exit_prog().ok_or("no task iterator")?;
+        match &mut self.keep {
+            Keep::Object { ebpf } => unload(ebpf, names::SWITCH_PROG),
+            Keep::Fds { .. } => self.drop_labelled(Part::Switch),
+        }
+    }
+
+    /// Puts `kepler_exit` on `sched_switch` (again), once `kepler_switch` is off it.
+    pub(crate) fn attach_exit(&mut self) -> Result<(), String> {
+        if self.exit_link.is_some() {
+            return Ok(());
+        }
+        let prog = self.exit_prog().ok_or("no final-switch program")?;
+        let link = task_iter::attach_raw_tracepoint(prog)
+            .map_err(|e| format!("attaching {}: {e}", names::EXIT_PROG))?;
+        self.exit_link = Some(link);
+        Ok(())
+    }
+
+    /// Takes `kepler_exit` off `sched_switch`: closing its link detaches it at once.
+    pub(crate) fn detach_exit(&mut self) {
+        self.exit_link = None;
+    }
+
     /// Removes the descriptors labelled `part`; an error if a loader child did not label it.
     fn drop_labelled(&mut self, part: Part) -> Result<(), String> {
         if let Keep::Fds { probes, .. } = &mut self.keep {

@@ -40,14 +40,6 @@ pub(crate) fn monotonic_ns() -> u64 {
     u64::try_from(now.as_nanos()).unwrap_or(u64::MAX)
 }
 
-/// Context switches since boot, all CPUs (`ctxt` in `<procfs>/stat`).
-pub(crate) fn context_switches(procfs: &ProcfsReader) -> Option<u64> {
-    let stat = std::fs::read_to_string(procfs.root().join("stat")).ok()?;
-    stat.lines()
-        .find_map(|l| l.strip_prefix("ctxt "))
-        .and_then(|n| n.trim().parse().ok())
-}
-
 /// Threads on the host (`<procfs>/loadavg`, the number after the slash).
 pub(crate) fn threads(procfs: &ProcfsReader) -> Option<u64> {
     let loadavg = std::fs::read_to_string(procfs.root().join("loadavg")).ok()?;
@@ -74,13 +66,12 @@ mod tests {
 
     #[test]
     fn the_host_load_reads() {
-        let procfs = ProcfsReader::new("/proc").unwrap();
-        let before = context_switches(&procfs).unwrap();
+        let mut procfs = ProcfsReader::new("/proc").unwrap();
+        let switches = |p: &mut ProcfsReader| p.read_node_stat().unwrap().switches.unwrap();
+        let before = switches(&mut procfs);
         std::thread::sleep(Duration::from_millis(20));
-        assert!(
-            context_switches(&procfs).unwrap() > before,
-            "this thread slept"
-        );
+        assert!(switches(&mut procfs) > before, "this thread slept");
+        assert!(procfs.read_node_stat().unwrap().forks.is_some());
         // This test's own threads at least.
         assert!(threads(&procfs).unwrap() >= 2);
     }

@@ -5,6 +5,7 @@
 //! through [`Host`], so tests drive every rule with a fake one and without root.
 
 mod baseline;
+mod basis;
 mod gc;
 mod kept;
 mod recent;
@@ -14,6 +15,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use kepler_core::{ProcessInfo, ProcessKey, ProcessUsage, TaskCounters};
+
+pub(crate) use self::basis::Basis;
 
 use self::baseline::Baselines;
 use self::kept::Kept;
@@ -130,6 +133,9 @@ pub(crate) struct Observed {
     /// The stretch each running group has been on its CPU so far, by (tgid, start_ns), read
     /// after the map. A step takes these out.
     pub running: FastMap<(u32, u64), u64>,
+    /// Whether `live` is a whole task iterator pass: on the kernel basis a group it does not
+    /// hold has then ended.
+    pub whole_pass: bool,
 }
 
 /// The result of one snapshot's merge.
@@ -166,6 +172,10 @@ struct Known {
     /// cpu_ns at the previous snapshot: a gone process's entry stops moving.
     last_cpu_ns: u64,
     reported: Reported,
+    /// Its group leader's start and the switches it last reported, for its last report when
+    /// it is found gone.
+    start_ns: u64,
+    switches: u64,
 }
 
 /// An exited process reported recently.
@@ -173,6 +183,9 @@ struct Ended {
     totals: Kept,
     info: Arc<ProcessInfo>,
     reported: Reported,
+    /// Found gone from a pass and reported on what it reported last (see [`Basis::Kernel`]):
+    /// a record that comes after is on another basis, and adds nothing.
+    last: bool,
 }
 
 /// Exited groups by key: their totals (pieces merged) and what the exit records add. Under
@@ -200,6 +213,8 @@ fn merge_exit(exits: &mut Exits, key: ProcessKey, totals: TaskTotals, info: Exit
 /// The state carried from one snapshot to the next.
 pub(crate) struct Reconciler {
     measured: Measured,
+    /// Which of a pass's readings live entries are taken on.
+    basis: Basis,
     /// Whether the task iterator reads the live entries (see [`Reconciler::use_iterator`]).
     iterator: bool,
     /// With the task iterator: the uptime of its first snapshot. A process that started before
@@ -239,6 +254,7 @@ impl Reconciler {
     pub(crate) fn new(measured: Measured) -> Self {
         Reconciler {
             measured,
+            basis: Basis::FinalSwitch,
             iterator: false,
             iterator_since: None,
             baselines: Baselines::default(),
@@ -350,8 +366,13 @@ impl Reconciler {
     /// collected now, and the live entries with their running stretches.
     pub(crate) fn step(&mut self, host: &mut impl Host, observed: &mut Observed) -> Step {
         self.steps += 1;
-        let Observed { live, running } = observed;
+        let Observed {
+            live,
+            running,
+            whole_pass,
+        } = observed;
         let mut exited = std::mem::take(&mut self.pending);
+        self.drop_records_of_read_groups(&mut exited);
         let mut gone = self.collect_gone(host, live);
         let gc_removed = gone.len() as u64;
         for (key, t) in gone.drain(..) {
@@ -365,10 +386,11 @@ impl Reconciler {
         // program saw) is reported with its running stretch alone.
         let mut tasks = std::mem::take(&mut self.tasks);
         tasks.clear();
-        tasks.extend(
-            live.iter()
-                .map(|(tgid, t)| (*tgid, *t, running.remove(&(*tgid, t.start_ns)).unwrap_or(0))),
-        );
+        let basis = self.basis;
+        tasks.extend(live.iter().map(|(tgid, t)| {
+            let running_ns = running.remove(&(*tgid, t.start_ns)).unwrap_or(0);
+            (*tgid, basis.reading(t), running_ns)
+        }));
         tasks.extend(running.drain().map(|((tgid, start_ns), ns)| {
             let t = TaskTotals {
                 start_ns,
@@ -408,6 +430,7 @@ impl Reconciler {
         let used = tasks.len();
         trim_vec(&mut tasks, used);
         self.tasks = tasks;
+        self.end_absent(*whole_pass, &mut processes);
         let n_exited = exited.len();
         self.ended.reserve(n_exited);
         for (key, (kept, exit)) in exited.drain() {
@@ -420,7 +443,7 @@ impl Reconciler {
             if !since.used && !self.reported_before(&key) {
                 continue;
             }
-            processes.push(self.exited_usage(host, key, since.totals, &exit));
+            processes.extend(self.exited_usage(host, key, since.totals, &exit));
         }
         trim_map(&mut exited, n_exited);
         self.pending = exited;
@@ -463,10 +486,13 @@ impl Reconciler {
                 seen: n,
                 last_cpu_ns: t.cpu_ns,
                 reported: Reported::default(),
+                start_ns: t.start_ns,
+                switches: 0,
             }),
         };
         k.seen = n;
         k.last_cpu_ns = t.cpu_ns;
+        k.switches = t.switches;
         let cpu_ns = k.reported.update(t.cpu_ns.saturating_add(running_ns));
         ProcessUsage {
             key,
@@ -478,15 +504,20 @@ impl Reconciler {
     }
 
     /// An exited group's final reading. A late piece of a group reported recently adds to its
-    /// totals and reports them again.
+    /// totals and reports them again, unless the group was found gone from a pass (it was then
+    /// reported on the kernel basis, and a record is on the other).
     fn exited_usage(
         &mut self,
         host: &mut impl Host,
         key: ProcessKey,
         piece: TaskTotals,
         exit: &ExitInfo,
-    ) -> ProcessUsage {
+    ) -> Option<ProcessUsage> {
         let (totals, info, mut reported) = match self.ended.remove(&key) {
+            Some(e) if e.last => {
+                self.ended.insert(key, e);
+                return None;
+            }
             Some(e) => {
                 let mut totals = e.totals.totals();
                 totals.add(&piece);
@@ -515,9 +546,10 @@ impl Reconciler {
             totals: Kept::new(&totals),
             info,
             reported,
+            last: false,
         };
         self.ended.insert(key, ended);
-        usage
+        Some(usage)
     }
 }
 

@@ -12,10 +12,12 @@ use kepler_core::{
     Classifier, Feature, ProcessInfo, ProcessKey, ReadError, Unavailable, UsageSnapshot,
     UsageSource,
 };
+use kepler_sources::cgroups::{Counting, UsageCounters};
 use kepler_sources::ProcfsReader;
 
 use crate::abi::{kstat, names, CpuState, ExitRecord, TaskTotals};
 use crate::cgroups::{cgroup2_mount, cgroup_v1_mount, CgroupResolver};
+use crate::exits::ExitPolicy;
 use crate::loader;
 use crate::map_batch::{BatchError, BatchMap};
 use crate::map_read::{LoadedTasks, TaskReader};
@@ -25,6 +27,7 @@ use crate::reconcile::{ExitInfo, FastMap, Host, Keys, Measured, Observed, Reconc
 use crate::{proc, unseen, EbpfSettings, EbpfStats};
 
 mod drain;
+mod exits;
 mod iterator;
 
 /// Usage from the BPF programs: every thread group's CPU time (since load with `sched_switch`
@@ -61,12 +64,32 @@ pub struct EbpfSource {
     /// The `kstats` array, mapped: read every snapshot without a syscall. `None` when it
     /// cannot be (each count is then looked up).
     kstats: Option<Mapping<u64>>,
-    /// Snapshot interval, context switches and when they were read, at load: what the choice
-    /// of accounting weighs.
+    /// Snapshot interval, and the node's fork and switch counts and when they were read, at
+    /// load: what the choice of accounting weighs.
     interval: Duration,
-    loaded_switches: Option<(u64, Instant)>,
+    loaded_counts: Option<((u64, u64), Instant)>,
     /// The exits each interval brought, and how often the ring is drained between snapshots.
     drains: drain::Drains,
+    /// With the task iterator, whether ended processes come exact from `kepler_exit` or are
+    /// counted through the cgroups (see [`crate::exits`]), and what that needs: the cgroups'
+    /// usage counters, the fork count at their last read and whether a group went since, the
+    /// tgids of the last whole pass (their entries are deleted when they go), the node's counts
+    /// at the last snapshot, and whether a turn to exact exits completes at this snapshot.
+    exit_policy: ExitPolicy,
+    cgroup_counters: Option<UsageCounters>,
+    counted_at_forks: Option<u64>,
+    gone_since_counted: bool,
+    previous_pass: Vec<u32>,
+    last_counts: Option<((u64, u64), Instant)>,
+    turning_exact: bool,
+    /// The cgroup that counts each group of the last pass, by tgid (with its start), and the
+    /// workload each such cgroup's path names: quiet processes are never described, but
+    /// their cgroups' counters hold their ended children.
+    group_cgroups: FastMap<u32, (u64, exits::GroupCgroup)>,
+    cgroup_workloads: FastMap<Arc<str>, kepler_core::WorkloadIdentity>,
+    /// Until when counted exits are not chosen by `auto`: a process was found whose
+    /// workload's cgroup has no counter here (see `kepler_sources::cgroups::Uncounted`).
+    uncounted_until: Option<Instant>,
 }
 
 /// How CPU time gets into the process map.
@@ -251,9 +274,18 @@ impl EbpfSource {
         classifier: Arc<dyn Classifier>,
         settings: EbpfSettings,
     ) -> Result<Self, Unavailable> {
-        let procfs = ProcfsReader::new(procfs)?;
+        let mut procfs = ProcfsReader::new(procfs)?;
         let loaded = loader::load(&settings)?;
-        let loaded_switches = proc::context_switches(&procfs).map(|n| (n, Instant::now()));
+        let loaded_counts = procfs
+            .read_node_stat()
+            .ok()
+            .as_ref()
+            .and_then(exits::counts)
+            .map(|c| (c, Instant::now()));
+        let counting = Counting::detect(procfs.root());
+        if let Some(counting) = &counting {
+            procfs.name_usage_cgroups(counting);
+        }
         let mountinfo =
             std::fs::read_to_string(procfs.root().join("self/mountinfo")).unwrap_or_default();
         let cgroup_root = settings
@@ -293,14 +325,30 @@ impl EbpfSource {
             pass_reads: None,
             kstats,
             interval: settings.interval,
-            loaded_switches,
+            loaded_counts,
             drains: drain::Drains::new(loader::ring_size(settings.exit_buffer_bytes)),
+            exit_policy: ExitPolicy::new(settings.exits),
+            cgroup_counters: counting.map(UsageCounters::new),
+            counted_at_forks: None,
+            gone_since_counted: false,
+            previous_pass: Vec::new(),
+            last_counts: None,
+            turning_exact: false,
+            group_cgroups: FastMap::default(),
+            cgroup_workloads: FastMap::default(),
+            uncounted_until: None,
         })
     }
 
     /// How CPU time is accounted now.
     pub fn accounting(&self) -> Accounting {
         self.accounting
+    }
+
+    /// Changes how ended processes are learnt with the task iterator from the next snapshot
+    /// on (`ebpf.exits`); a turn between exact and counted exits completes within two.
+    pub fn set_exits(&mut self, exits: crate::Exits) {
+        self.exit_policy = ExitPolicy::new(exits);
     }
 
     /// Which optional probes are on, and why the others are not.
@@ -510,7 +558,9 @@ impl UsageSource for EbpfSource {
         self.cgroups.begin_snapshot();
         self.cpu_cgroups.begin_snapshot();
         let uptime = proc::uptime(&self.procfs)?;
-        let node = self.procfs.read_node_cpu_times()?;
+        let stat = self.procfs.read_node_stat()?;
+        let mut cgroups = Vec::new();
+        self.read_counters(stat.forks, &mut cgroups);
         self.snapshot_taken = true;
         // Exits first: a group that ends between the two reads is then missed by both this
         // time and reported next time, rather than reported twice. Drained records wait in
@@ -528,6 +578,7 @@ impl UsageSource for EbpfSource {
                 let whole = self.run_pass();
                 self.read_pass(whole)?;
                 self.read_unseen();
+                self.keep_this_pass(whole);
             }
         }
         self.read_kstats();
@@ -558,11 +609,14 @@ impl UsageSource for EbpfSource {
         self.stats
             .gc_removed
             .fetch_add(step.gc_removed, Ordering::Relaxed);
+        if self.accounting == Accounting::Iterator {
+            self.follow_exits(&stat, &step.processes, &mut cgroups);
+        }
         Ok(UsageSnapshot {
             uptime,
-            node,
+            node: stat.cpu,
             processes: step.processes,
-            cgroups: Vec::new(),
+            cgroups,
         })
     }
 }
@@ -897,7 +951,12 @@ mod tests {
         let from_map = src.observed.live.clone();
         // What a pass rewrites is what its slots say; the map may also hold entries made
         // since (a thread's final switch), and the processes the iterator does not visit.
-        let fields = |t: &TaskTotals| (t.start_ns, t.cgroup_id, t.cpu_ns, t.switches, t.flags);
+        let fields = |t: &TaskTotals| {
+            (
+                (t.start_ns, t.cgroup_id, t.cpu_ns, t.switches, t.flags),
+                (t.sig_ns, t.sig_switches, t.pass),
+            )
+        };
         let me = std::process::id();
         assert_eq!(
             from_output.get(&me).map(fields),
@@ -905,6 +964,7 @@ mod tests {
         );
         // Only the slots in use are mapped; more are mapped as a pass needs them.
         let reads = src.pass_reads.as_mut().unwrap();
+        let pass = reads.pass_id().unwrap();
         assert_eq!(reads.out_mut().mapped(), crate::pass_out::FIRST_SLOTS);
         let more = 3 * crate::pass_out::FIRST_SLOTS;
         reads.out_mut().reserve(more).unwrap();
@@ -912,7 +972,13 @@ mod tests {
         let again: FastMap<u32, TaskTotals> = reads
             .out_mut()
             .slots(from_output.len())
-            .map(|slot| (slot.tgid, slot.totals()))
+            .map(|slot| {
+                let t = TaskTotals {
+                    pass,
+                    ..slot.totals()
+                };
+                (slot.tgid, t)
+            })
             .collect();
         assert_eq!(again, from_output);
         let agree = from_output

@@ -9,8 +9,10 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use common::*;
-use kepler_core::{Classifier, NoWorkloads, UsageSnapshot, UsageSource};
-use kepler_ebpf::{Accounting, EbpfSettings, EbpfSource};
+use kepler_core::{
+    AttributionConfig, Attributor, Classifier, NoWorkloads, Tick, UsageSnapshot, UsageSource,
+};
+use kepler_ebpf::{Accounting, EbpfSettings, EbpfSource, Exits};
 use kepler_workloads::CgroupClassifier;
 
 /// The live tests measure CPU time; running them one at a time keeps them from competing.
@@ -60,8 +62,13 @@ fn child_entry_point() {
 /// Both ways of accounting CPU time: each live test runs with each.
 const ACCOUNTINGS: [Accounting; 2] = [Accounting::Switch, Accounting::Iterator];
 
+/// The source with exact exits: these tests follow each process to its end.
 fn source(classifier: Arc<dyn Classifier>, accounting: Accounting) -> EbpfSource {
-    source_with(classifier, EbpfSettings::default(), accounting)
+    let settings = EbpfSettings {
+        exits: Exits::Exact,
+        ..EbpfSettings::default()
+    };
+    source_with(classifier, settings, accounting)
 }
 
 fn source_with(
@@ -365,12 +372,28 @@ fn exited_in(snaps: &[UsageSnapshot], id: &str) -> usize {
         .count()
 }
 
-/// CPU time attributed to container `id` over consecutive `snaps`.
+/// CPU time the attribution credits to container `id` over consecutive `snaps` (processes
+/// and, where the source reads cgroup counters, the time of those it did not list).
 fn attributed_over(snaps: &[UsageSnapshot], id: &str, counts_from_start: bool) -> Duration {
-    snaps
-        .windows(2)
-        .map(|w| container_cpu(&w[0], &w[1], id, counts_from_start))
-        .sum()
+    let mut attributor = Attributor::new(AttributionConfig::default());
+    if counts_from_start {
+        attributor = attributor.counting_from_source_start();
+    }
+    let mut last = None;
+    for usage in snaps {
+        last = Some(attributor.tick(Tick {
+            usage,
+            energy: None,
+            interval: Duration::from_secs(1),
+        }));
+    }
+    last.and_then(|s| {
+        s.containers
+            .iter()
+            .find(|c| c.container.id == id)
+            .map(|c| c.cpu_time)
+    })
+    .unwrap_or_default()
 }
 
 /// Runs `with` for each accounting, as root, with cgroup2 mounted (the test skips otherwise),
@@ -507,6 +530,7 @@ fn full_ring_with(root: &std::path::Path, accounting: Accounting) {
     let classifier: Arc<dyn Classifier> = Arc::new(CgroupClassifier::new());
     let settings = EbpfSettings {
         exit_buffer_bytes: 4096,
+        exits: Exits::Exact,
         ..EbpfSettings::default()
     };
     let mut src = source_with(classifier, settings, accounting);
@@ -551,6 +575,7 @@ fn drained_ring_with(root: &std::path::Path, accounting: Accounting) {
     // ~200 records: well under what an interval brings.
     let settings = EbpfSettings {
         exit_buffer_bytes: 32 << 10,
+        exits: Exits::Exact,
         ..EbpfSettings::default()
     };
     let classifier: Arc<dyn Classifier> = Arc::new(CgroupClassifier::new());
@@ -761,4 +786,173 @@ fn probe_as_root_lists_the_optional_probes() {
     assert!(snap.uptime > Duration::ZERO);
     let c = snap.processes.iter().find_map(|p| p.counters.as_deref());
     assert!(c.is_none_or(|c| c.page_cache_hits.is_none() && c.cpu_cycles.is_none()));
+}
+
+/// Runs a launcher of `n` processes of `each` CPU in `cgroup` and waits for it, taking a
+/// snapshot every 500 ms meanwhile.
+fn run_burst(
+    src: &mut EbpfSource,
+    cgroup: &TestCgroup,
+    n: u32,
+    each: Duration,
+) -> Vec<UsageSnapshot> {
+    let exe = std::env::current_exe().unwrap();
+    let mut cmd = child_command(&exe, &format!("burst:{n}:{}", each.as_millis()));
+    cgroup.join_on_exec(&mut cmd);
+    let mut child = cmd.spawn().unwrap();
+    let mut snaps = Vec::new();
+    let mut next = Instant::now() + Duration::from_millis(500);
+    while child.try_wait().unwrap().is_none() {
+        std::thread::sleep(Duration::from_millis(20));
+        if Instant::now() >= next {
+            snaps.push(src.snapshot().unwrap());
+            next += Duration::from_millis(500);
+        }
+    }
+    snaps
+}
+
+/// A process that stays in `cgroup`, so that its counter is read from before a burst.
+fn resident(cgroup: &TestCgroup) -> std::process::Child {
+    let mut cmd = std::process::Command::new("sleep");
+    cmd.arg("60");
+    cgroup.join_on_exec(&mut cmd);
+    cmd.spawn().unwrap()
+}
+
+/// Exits counted through the cgroups (`ebpf.exits: cgroups`): nothing runs on `sched_switch`,
+/// the short-lived processes of a burst are not reported one by one, and their container is
+/// credited what its cgroup's counter says they used.
+#[test]
+fn counted_exits_reach_their_container() {
+    let test = "counted_exits_reach_their_container";
+    if skip_unless_root(test) {
+        return;
+    }
+    let Some(root) = cgroup2_mount() else {
+        skip(test, "no cgroup2 mount");
+        return;
+    };
+    let _serial = SERIAL.lock().unwrap_or_else(PoisonError::into_inner);
+    const N: u32 = 300;
+    let cg = TestCgroup::create_v2(&root, "counted").unwrap();
+    let mut sleeper = resident(&cg);
+    let settings = EbpfSettings {
+        exits: Exits::Cgroups,
+        ..EbpfSettings::default()
+    };
+    let classifier: Arc<dyn Classifier> = Arc::new(CgroupClassifier::new());
+    let mut src = source_with(classifier, settings, Accounting::Iterator);
+    let stats = src.stats();
+    assert!(stats
+        .exits_counted
+        .load(std::sync::atomic::Ordering::Relaxed));
+    // The first snapshot lists the resident process, the second reads its cgroup's counter
+    // (a baseline).
+    let mut snaps = vec![src.snapshot().unwrap(), src.snapshot().unwrap()];
+    let u0 = cg.usage();
+    snaps.extend(run_burst(&mut src, &cg, N, Duration::from_millis(3)));
+    snaps.push(src.snapshot().unwrap());
+    let used = cg.usage().saturating_sub(u0);
+    let id = &cg.container_id;
+    let attributed = attributed_over(&snaps, id, src.counts_from_start());
+    let share = attributed.as_secs_f64() / used.as_secs_f64();
+    let exited = exited_in(&snaps, id);
+    println!(
+        "counted exits: burst of {N} × 3 ms: attributed {attributed:?} of the cgroup's {used:?} \
+         ({:.1}%), {exited} processes reported one by one; {stats}",
+        share * 100.0
+    );
+    let _ = sleeper.kill();
+    let _ = sleeper.wait();
+    assert!(
+        used >= Duration::from_millis(500),
+        "the burst used {used:?}"
+    );
+    assert!(
+        (0.98..=1.02).contains(&share),
+        "attributed {:.1}%",
+        share * 100.0
+    );
+    assert!(
+        exited < N as usize / 10,
+        "{exited} short-lived processes reported"
+    );
+    assert_eq!(stats.dropped(), 0, "{stats}");
+}
+
+/// Turning from exact exits to counted ones and back while a container churns: every burst
+/// is credited to the container, whichever way its exits were learnt, and what the resident
+/// process reports goes on across both turns.
+#[test]
+fn turns_between_exact_and_counted_exits_lose_nothing() {
+    let test = "turns_between_exact_and_counted_exits_lose_nothing";
+    if skip_unless_root(test) {
+        return;
+    }
+    let Some(root) = cgroup2_mount() else {
+        skip(test, "no cgroup2 mount");
+        return;
+    };
+    let _serial = SERIAL.lock().unwrap_or_else(PoisonError::into_inner);
+    const N: u32 = 200;
+    let each = Duration::from_millis(3);
+    let cg = TestCgroup::create_v2(&root, "turns").unwrap();
+    let mut sleeper = resident(&cg);
+    let classifier: Arc<dyn Classifier> = Arc::new(CgroupClassifier::new());
+    let mut src = source(classifier, Accounting::Iterator);
+    let stats = src.stats();
+    let counted = || {
+        stats
+            .exits_counted
+            .load(std::sync::atomic::Ordering::Relaxed)
+    };
+    let mut snaps = vec![src.snapshot().unwrap()];
+    let u0 = cg.usage();
+    let id = cg.container_id.clone();
+    // Exact: each process of the burst is reported.
+    snaps.extend(run_burst(&mut src, &cg, N, each));
+    snaps.push(src.snapshot().unwrap());
+    let exact_exits = exited_in(&snaps, &id);
+    assert!(!counted());
+    // Turned at the end of the next snapshot; the one after reads the counter's first move.
+    src.set_exits(Exits::Cgroups);
+    snaps.push(src.snapshot().unwrap());
+    assert!(counted());
+    snaps.extend(run_burst(&mut src, &cg, N, each));
+    snaps.push(src.snapshot().unwrap());
+    let counted_exits = exited_in(&snaps, &id) - exact_exits;
+    // And back: kepler_exit is attached at the end of the next snapshot, the turn completes
+    // at the end of the one after.
+    src.set_exits(Exits::Exact);
+    snaps.push(src.snapshot().unwrap());
+    snaps.push(src.snapshot().unwrap());
+    assert!(!counted());
+    let before_third = exited_in(&snaps, &id);
+    snaps.extend(run_burst(&mut src, &cg, N, each));
+    snaps.push(src.snapshot().unwrap());
+    let exact_again = exited_in(&snaps, &id) - before_third;
+    let used = cg.usage().saturating_sub(u0);
+    let attributed = attributed_over(&snaps, &id, src.counts_from_start());
+    let share = attributed.as_secs_f64() / used.as_secs_f64();
+    println!(
+        "three bursts of {N} × {each:?}, exact, counted, exact: attributed {attributed:?} of \
+         {used:?} ({:.1}%); exits reported one by one: {exact_exits}, {counted_exits}, \
+         {exact_again}; {stats}",
+        share * 100.0
+    );
+    let _ = sleeper.kill();
+    let _ = sleeper.wait();
+    assert_eq!(
+        stats.exit_turns.load(std::sync::atomic::Ordering::Relaxed),
+        2
+    );
+    assert!(exact_exits >= N as usize && exact_again >= N as usize);
+    assert!(counted_exits < N as usize / 10, "{counted_exits}");
+    assert!(
+        (0.98..=1.02).contains(&share),
+        "attributed {:.1}%",
+        share * 100.0
+    );
+    assert_eq!(stats.dropped(), 0, "{stats}");
 }

@@ -58,6 +58,9 @@ pub struct EbpfCounts {
     pub exits_deferred: u64,
     /// CPU time read by a task iterator once per interval, not charged at every switch.
     pub task_iterator: bool,
+    /// With the task iterator, ended processes counted through their cgroups' usage counters
+    /// rather than handed over exact at their final switch.
+    pub exits_counted: bool,
 }
 
 /// Everything [`crate::encode()`] needs besides the snapshot.

@@ -470,8 +470,13 @@ fn encode_head(w: &mut MetricWriter<'_>, ctx: &ExportContext) {
         } else {
             "sched_switch"
         };
+        let exits = if ebpf.exits_counted {
+            "cgroup_counters"
+        } else {
+            "final_switch"
+        };
         w.family(&r::AGENT_EBPF_ACCOUNTING)
-            .sample([accounting], 1u64);
+            .sample([accounting, exits], 1u64);
     }
 }
 

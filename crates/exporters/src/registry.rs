@@ -199,7 +199,7 @@ pub static NODE_CPU_UNATTRIBUTED_JOULES: Desc<2> = node(
 );
 pub static NODE_CPU_HIDDEN_PROCESS_JOULES: Desc<2> = node(
     "kepler_node_cpu_hidden_process_joules_total",
-    "Energy consumption of cpu in active state at node level in joules taken by processes that are not exported as series of their own, because they ended below monitor.minTerminatedEnergyThreshold or beyond monitor.maxTerminated; their containers, pods and VMs include it",
+    "Energy consumption of cpu in active state at node level in joules taken by processes that are not exported as series of their own, because they ended below monitor.minTerminatedEnergyThreshold or beyond monitor.maxTerminated, or were never listed (started and ended between two readings, found by their cgroup's usage counter); their containers, pods and VMs include it",
     Counter,
     ZONE,
 );
@@ -507,11 +507,11 @@ pub static AGENT_EBPF_EXITS_DEFERRED: Desc<0> = Desc {
     level: None,
     node_name: true,
 };
-pub static AGENT_EBPF_ACCOUNTING: Desc<1> = Desc {
+pub static AGENT_EBPF_ACCOUNTING: Desc<2> = Desc {
     name: "kepler_agent_ebpf_accounting_info",
-    help: "How the eBPF source accounts CPU time (1): accounting sched_switch (charged at every context switch) or task_iterator (read once per interval, exits at their final switch), whichever costs the node less, chosen at start",
+    help: "How the eBPF source accounts CPU time (1): accounting sched_switch (charged at every context switch) or task_iterator (read once per interval), whichever costs the node less, chosen at start; exits final_switch (each ended process handed over at its last switch) or cgroup_counters (ended processes reach their cgroup's workload through its usage counter, while exact exits would cost more than their budget or as ebpf.exits says)",
     kind: Gauge,
-    labels: ["accounting"],
+    labels: ["accounting", "exits"],
     level: None,
     node_name: true,
 };
@@ -714,7 +714,15 @@ pub fn metrics_markdown() -> String {
          `kepler_node_cpu_hidden_process_joules_total`: per zone, the last value of every \
          `kepler_process_cpu_joules_total` series plus the hidden and unattributed energy is \
          the active energy, to the micro-joule. Processes outside any container or VM are only \
-         in that node-level sum once hidden.\n\n",
+         in that node-level sum once hidden. Processes that start and end between two readings \
+         are listed one by one only by the eBPF source with exact exits; the procfs source, and \
+         the eBPF source when it counts exits (`ebpf.exits`, \
+         `kepler_agent_ebpf_accounting_info{exits=\"cgroup_counters\"}`), read the usage \
+         counter of each cgroup that holds a listed process (`cpuacct.usage`, cgroup2 \
+         `cpu.stat`), and credit what it moved beyond its listed processes to the cgroup's \
+         container, pod or VM, hidden at process level: the same energy, without series of \
+         their own. A cgroup none of whose processes is ever listed (all of them short-lived) \
+         is not read, and on cgroup2-only hosts neither is the root cgroup.\n\n",
     );
     s.push_str(
         "`kepler_node_cpu_idle_policy_info` says `policy=\"none\"` when every zone comes from a \

@@ -376,6 +376,7 @@ fn features_and_ebpf_counts_appear_only_when_present() {
         tracked: 42,
         exits_deferred: 7,
         task_iterator: true,
+        exits_counted: true,
     });
     let mut out = Vec::new();
     encode(Some(&snapshot), &ctx, Format::Text004, &mut out);
@@ -386,7 +387,7 @@ fn features_and_ebpf_counts_appear_only_when_present() {
             r#"kepler_agent_ebpf_dropped_total{node_name="node-1"} 3"#,
             r#"kepler_agent_ebpf_exits_deferred_total{node_name="node-1"} 7"#,
             r#"kepler_agent_ebpf_tracked_processes{node_name="node-1"} 42"#,
-            r#"kepler_agent_ebpf_accounting_info{accounting="task_iterator",node_name="node-1"} 1"#,
+            r#"kepler_agent_ebpf_accounting_info{accounting="task_iterator",exits="cgroup_counters",node_name="node-1"} 1"#,
             r#"kepler_node_model_feature_rate{feature="bpf_cpu_time_ms",node_name="node-1"} 1500.0"#,
             r#"kepler_node_model_feature_rate{feature="bpf_net_rx_irq",node_name="node-1"} 12.0"#,
             &format!(

@@ -22,4 +22,4 @@ pub mod procfs;
 pub use host::{
     parse_cpu_model, read_cpu_model, CpuModel, HostFactError, HostFacts, Virtualization,
 };
-pub use procfs::{probe, ProcessDescription, ProcessState, ProcfsReader, ProcfsSource};
+pub use procfs::{probe, NodeStat, ProcessDescription, ProcessState, ProcfsReader, ProcfsSource};

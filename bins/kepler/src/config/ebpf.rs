@@ -32,6 +32,39 @@ impl<'de> Deserialize<'de> for EbpfMode {
     }
 }
 
+/// `ebpf.exits`: how the task iterator learns of ended processes (see `kepler_ebpf::Exits`).
+#[derive(Copy, Clone, Debug, Default, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum EbpfExits {
+    /// Exact while that costs the node little, counted through the cgroups beyond.
+    #[default]
+    Auto,
+    /// Every exit handed over at its final switch, each process reported.
+    Exact,
+    /// Ended processes counted through their cgroups' usage counters.
+    Cgroups,
+}
+
+impl EbpfExits {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            EbpfExits::Auto => "auto",
+            EbpfExits::Exact => "exact",
+            EbpfExits::Cgroups => "cgroups",
+        }
+    }
+}
+
+impl From<EbpfExits> for kepler_ebpf::Exits {
+    fn from(e: EbpfExits) -> Self {
+        match e {
+            EbpfExits::Auto => kepler_ebpf::Exits::Auto,
+            EbpfExits::Exact => kepler_ebpf::Exits::Exact,
+            EbpfExits::Cgroups => kepler_ebpf::Exits::Cgroups,
+        }
+    }
+}
+
 #[derive(Clone, Debug, Deserialize, PartialEq)]
 #[serde(default, rename_all = "camelCase")]
 pub struct EbpfConfig {
@@ -41,6 +74,7 @@ pub struct EbpfConfig {
     pub export_features: bool,
     /// Capacity of the per-process map; processes beyond it are counted as dropped.
     pub max_processes: u32,
+    pub exits: EbpfExits,
 }
 
 impl Default for EbpfConfig {
@@ -49,6 +83,7 @@ impl Default for EbpfConfig {
             enabled: EbpfMode::Auto,
             export_features: false,
             max_processes: 16_384,
+            exits: EbpfExits::Auto,
         }
     }
 }

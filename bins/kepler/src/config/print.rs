@@ -144,12 +144,13 @@ impl Config {
         let _ = write!(
             y,
             "attribution:\n  idlePolicy: {}\n\
-             ebpf:\n  enabled: {ebpf}\n  exportFeatures: {}\n  maxProcesses: {}\n\
+             ebpf:\n  enabled: {ebpf}\n  exportFeatures: {}\n  maxProcesses: {}\n  exits: {}\n\
              estimator:\n  model: {}\n  modelServerURL: {}\n  family: {}\n  outputType: {}\n\
              workloads:\n  podIdsFromCgroups: {}\n",
             c.attribution.idle_policy,
             c.ebpf.export_features,
             c.ebpf.max_processes,
+            c.ebpf.exits.as_str(),
             quoted(&redact_url(&e.model)),
             text(&e.model_server_url),
             e.family,

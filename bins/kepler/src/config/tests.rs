@@ -255,6 +255,7 @@ fn invalid_values_name_their_key_and_the_value() {
             "sequence",
         ),
         ("ebpf:\n  enabled: maybe\n", "ebpf.enabled", "maybe"),
+        ("ebpf:\n  exits: sometimes\n", "ebpf.exits", "sometimes"),
         ("msr:\n  enabled: maybe\n", "msr.enabled", "maybe"),
     ] {
         let err = parse(yaml).unwrap_err().to_string();
@@ -311,6 +312,20 @@ fn platform_meters_are_not_cpu_meters() {
         err.contains("acpi measures the platform domain, not cpu"),
         "{err}"
     );
+}
+
+#[test]
+fn ebpf_exits_parse_and_reach_the_source() {
+    assert_eq!(Config::default().ebpf.exits, EbpfExits::Auto);
+    for (text, exits, source) in [
+        ("auto", EbpfExits::Auto, kepler_ebpf::Exits::Auto),
+        ("exact", EbpfExits::Exact, kepler_ebpf::Exits::Exact),
+        ("cgroups", EbpfExits::Cgroups, kepler_ebpf::Exits::Cgroups),
+    ] {
+        let c = config(&format!("ebpf:\n  exits: {text}\n"));
+        assert_eq!(c.ebpf.exits, exits, "{text}");
+        assert_eq!(crate::setup::ebpf_settings(&c).exits, source);
+    }
 }
 
 #[test]

@@ -4,6 +4,11 @@
 //! `sched_switch` readings (which count from load) they then count from the agent's start, and
 //! a process that has not run since is not reported at all: the same processes are exported
 //! whichever way the source accounts, and the quiet ones cost no series.
+//!
+//! When the source turns from one of a pass's two readings to the other (see
+//! [`super::Basis`]), each live process's baseline moves by the difference between the two in
+//! the same pass, so that what it reports goes on from where it was: a baseline may then be
+//! negative (the new reading is short of what was reported).
 
 use kepler_core::ProcessKey;
 
@@ -13,9 +18,13 @@ use crate::abi::TaskTotals;
 /// What is left to take off a process's readings, and the last step that met it.
 #[derive(Clone, Copy, Debug)]
 struct Baseline {
-    cpu_ns: u64,
-    switches: u64,
+    cpu_ns: i64,
+    switches: i64,
     seen: u64,
+}
+
+fn signed(v: u64) -> i64 {
+    i64::try_from(v).unwrap_or(i64::MAX)
 }
 
 /// A reading less the baseline, and whether the process used CPU time since.
@@ -34,8 +43,8 @@ impl Baselines {
     /// Notes a reading of the first snapshot as its process's baseline.
     pub(super) fn set(&mut self, key: ProcessKey, t: &TaskTotals, step: u64) {
         let b = Baseline {
-            cpu_ns: t.cpu_ns,
-            switches: t.switches,
+            cpu_ns: signed(t.cpu_ns),
+            switches: signed(t.switches),
             seen: step,
         };
         self.by_key.insert(key, b);
@@ -72,12 +81,26 @@ impl Baselines {
             },
             Some(b) => {
                 let rebased = less(b, piece);
-                b.cpu_ns = b.cpu_ns.saturating_sub(piece.cpu_ns);
-                b.switches = b.switches.saturating_sub(piece.switches);
+                b.cpu_ns = b.cpu_ns.saturating_sub(signed(piece.cpu_ns)).max(0);
+                b.switches = b.switches.saturating_sub(signed(piece.switches)).max(0);
                 b.seen = step;
                 rebased
             }
         }
+    }
+
+    /// Moves `key`'s baseline by `cpu_ns` and `switches` (the new reading less the old one, in
+    /// the same pass), so that its next readings, taken the new way, report on from where the
+    /// old ones left off.
+    pub(super) fn shift(&mut self, key: ProcessKey, cpu_ns: i64, switches: i64, step: u64) {
+        let b = self.by_key.entry(key).or_insert(Baseline {
+            cpu_ns: 0,
+            switches: 0,
+            seen: step,
+        });
+        b.cpu_ns = b.cpu_ns.saturating_add(cpu_ns);
+        b.switches = b.switches.saturating_add(switches);
+        b.seen = step;
     }
 
     /// Forgets the processes not met for `ttl` steps: gone, or ended and their pieces in.
@@ -87,12 +110,16 @@ impl Baselines {
 }
 
 fn less(b: &Baseline, t: &TaskTotals) -> Rebased {
+    let minus = |v: u64, base: i64| {
+        let left = i128::from(v) - i128::from(base);
+        u64::try_from(left.max(0)).unwrap_or(u64::MAX)
+    };
     Rebased {
         totals: TaskTotals {
-            cpu_ns: t.cpu_ns.saturating_sub(b.cpu_ns),
-            switches: t.switches.saturating_sub(b.switches),
+            cpu_ns: minus(t.cpu_ns, b.cpu_ns),
+            switches: minus(t.switches, b.switches),
             ..*t
         },
-        used: t.cpu_ns > b.cpu_ns,
+        used: i128::from(t.cpu_ns) > i128::from(b.cpu_ns),
     }
 }

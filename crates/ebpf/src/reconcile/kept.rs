@@ -1,6 +1,6 @@
 //! A group's totals as user space keeps them from one snapshot to the next: exits waiting for
 //! a snapshot, ended groups held for late pieces. Under churn both hold thousands (every exit
-//! of an interval, and of the last snapshot), and the whole 120 bytes of `TaskTotals` each were
+//! of an interval, and of the last snapshot), and the whole 120 bytes `TaskTotals` then had each were
 //! mostly zeros: the event counts are there only where a probe counted any.
 
 use crate::abi::TaskTotals;

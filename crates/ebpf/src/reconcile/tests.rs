@@ -108,7 +108,7 @@ fn record(tgid: u32, start_ns: u64, cpu_ns: u64, comm: &str) -> ExitRecord {
 fn live(entries: &[(u32, TaskTotals)]) -> Observed {
     Observed {
         live: entries.iter().copied().collect(),
-        running: Default::default(),
+        ..Default::default()
     }
 }
 
@@ -923,4 +923,127 @@ fn with_the_task_iterator_an_exit_in_pieces_loses_its_baseline_once() {
         let step = rec.step(&mut host, &mut Observed::default());
         assert_eq!(reports(&step, key(9, SEC)), [(240, true, "nine".into())]);
     }
+}
+
+/// Both readings of a pass: `dead` on the final-switch basis, `sig` on the kernel's.
+fn both(start_ns: u64, dead: u64, sig: u64) -> TaskTotals {
+    TaskTotals {
+        sig_ns: sig,
+        sig_switches: 1,
+        ..totals(start_ns, dead)
+    }
+}
+
+/// A whole pass on the kernel basis.
+fn pass(entries: &[(u32, TaskTotals)]) -> Observed {
+    Observed {
+        whole_pass: true,
+        ..live(entries)
+    }
+}
+
+/// On the kernel basis nothing hands a group's end over: a reported process gone from a whole
+/// pass has ended, and is reported so once, on what it reported last.
+#[test]
+fn on_the_kernel_basis_a_process_gone_from_a_whole_pass_has_ended() {
+    let mut rec = reconciler();
+    let mut host = Fake::default();
+    rec.use_iterator();
+    rec.rebase(&host, &FastMap::default(), Basis::Kernel);
+    rec.iterator_snapshot(Duration::from_secs(10));
+    rec.step(
+        &mut host,
+        &mut pass(&[(7, both(SEC, 0, 100)), (8, both(SEC, 0, 500))]),
+    );
+    let step = rec.step(
+        &mut host,
+        &mut pass(&[(7, both(SEC, 0, 150)), (8, both(SEC, 0, 500))]),
+    );
+    assert_eq!(reports(&step, key(7, SEC)), [(50, false, "p7".into())]);
+    // A pass cut short says nothing of who ended.
+    let step = rec.step(&mut host, &mut live(&[(8, both(SEC, 0, 500))]));
+    assert!(reports(&step, key(7, SEC)).is_empty());
+    // 7 is gone from a whole pass: ended, at what it reported. 8, quiet, is not reported.
+    let step = rec.step(&mut host, &mut pass(&[(8, both(SEC, 0, 500))]));
+    assert_eq!(reports(&step, key(7, SEC)), [(50, true, "p7".into())]);
+    assert!(reports(&step, key(8, SEC)).is_empty());
+    // A record of it that comes later (from kepler_exit, on the other basis) adds nothing, nor
+    // does a leftover entry's.
+    rec.queue_exits(&host, [record(7, SEC, 400, "seven")]);
+    let step = rec.step(&mut host, &mut pass(&[(8, both(SEC, 0, 500))]));
+    assert!(
+        reports(&step, key(7, SEC)).is_empty(),
+        "{:?}",
+        step.processes
+    );
+    let step = rec.step(&mut host, &mut pass(&[]));
+    assert!(step.processes.is_empty(), "{:?}", step.processes);
+}
+
+/// On the kernel basis a record of a group no pass met (a process that lived between two
+/// passes while kepler_exit still ran) is reported as ever; one of a group a pass read is not.
+#[test]
+fn on_the_kernel_basis_only_records_of_groups_no_pass_met_are_reported() {
+    let mut rec = reconciler();
+    let mut host = Fake::default();
+    rec.use_iterator();
+    rec.iterator_snapshot(Duration::from_secs(10));
+    rec.step(&mut host, &mut pass(&[(7, both(SEC, 100, 100))]));
+    rec.step(&mut host, &mut pass(&[(7, both(SEC, 160, 160))]));
+    rec.rebase(&host, &FastMap::default(), Basis::Kernel);
+    rec.queue_exits(
+        &host,
+        [
+            record(7, SEC, 900, "seven"),
+            record(20, 30 * SEC, 40, "short"),
+        ],
+    );
+    let step = rec.step(&mut host, &mut pass(&[]));
+    assert_eq!(
+        reports(&step, key(20, 30 * SEC)),
+        [(40, true, "short".into())]
+    );
+    assert_eq!(reports(&step, key(7, SEC)), [(60, true, "p7".into())]);
+}
+
+/// Turning from one basis to the other while processes run: each goes on from what it
+/// reported, by what the new reading adds, in both directions; a baseline may go below zero.
+#[test]
+fn a_turn_between_bases_goes_on_from_what_was_reported() {
+    let mut rec = reconciler();
+    let mut host = Fake::default();
+    rec.use_iterator();
+    rec.iterator_snapshot(Duration::from_secs(10));
+    // 7 had threads end before the agent started: the kernel's basis counts them, the
+    // final-switch one does not. 8 starts after the first snapshot.
+    rec.step(&mut host, &mut pass(&[(7, both(SEC, 1_000, 5_000))]));
+    let first = pass(&[(7, both(SEC, 1_100, 5_100)), (8, both(60 * SEC, 30, 30))]);
+    let step = rec.step(&mut host, &mut first.clone());
+    assert_eq!(reports(&step, key(7, SEC)), [(100, false, "p7".into())]);
+    assert_eq!(reports(&step, key(8, 60 * SEC)), [(30, false, "p8".into())]);
+    // A thread of 8 ended while kepler_exit ran: its final-switch reading holds it, the
+    // kernel's too once it is released. The turn is made on the last pass's two readings.
+    rec.rebase(&host, &first.live, Basis::Kernel);
+    let step = rec.step(
+        &mut host,
+        &mut pass(&[(7, both(SEC, 0, 5_300)), (8, both(60 * SEC, 0, 80))]),
+    );
+    assert_eq!(reports(&step, key(7, SEC)), [(300, false, "p7".into())]);
+    assert_eq!(reports(&step, key(8, 60 * SEC)), [(80, false, "p8".into())]);
+    // Back: kepler_exit kept no ended part meanwhile, so the final-switch reading falls short
+    // of the kernel's (8's baseline goes below zero).
+    let turn = pass(&[(7, both(SEC, 1_150, 5_400)), (8, both(60 * SEC, 10, 90))]);
+    let step = rec.step(&mut host, &mut turn.clone());
+    assert_eq!(reports(&step, key(7, SEC)), [(400, false, "p7".into())]);
+    rec.rebase(&host, &turn.live, Basis::FinalSwitch);
+    let step = rec.step(
+        &mut host,
+        &mut pass(&[(7, both(SEC, 1_170, 0)), (8, both(60 * SEC, 15, 0))]),
+    );
+    assert_eq!(reports(&step, key(7, SEC)), [(420, false, "p7".into())]);
+    assert_eq!(reports(&step, key(8, 60 * SEC)), [(95, false, "p8".into())]);
+    // 8's end comes as a record on the final-switch basis: on from there too.
+    rec.queue_exits(&host, [record(8, 60 * SEC, 25, "eight")]);
+    let step = rec.step(&mut host, &mut pass(&[(7, both(SEC, 1_170, 0))]));
+    assert_eq!(reports(&step, key(8, 60 * SEC)), [(105, true, "p8".into())]);
 }

@@ -149,7 +149,7 @@ mod tests {
     fn an_interval_counts_drained_and_deferred_exits() {
         let t0 = Instant::now();
         let mut d = Drains::new(256 << 10);
-        assert_eq!(d.ring_records, (256 << 10) / 160);
+        assert_eq!(d.ring_records, (256 << 10) / 176);
         d.last_snapshot = t0;
         d.drained(1_000);
         // 1,000 drained and 4,000 deferred in 5 s.

@@ -10,10 +10,11 @@ use kepler_core::ReadError;
 
 use super::{Accounting, EbpfSource};
 use crate::abi::{kstat, names, PassFill, TaskTotals};
+use crate::exits::Rates;
 use crate::mapped::{map_array, Mapping};
 use crate::pass_out::PassOut;
 use crate::probes::OptionalProbe;
-use crate::reconcile::Keys;
+use crate::reconcile::{Basis, FastMap, Keys};
 use crate::{proc, unseen, HostLoad};
 
 /// Why the source stays with `sched_switch` when it weighed the host.
@@ -30,7 +31,7 @@ impl EbpfSource {
         }
         self.iterator_blocked()?;
         let unseen = self.find_unseen();
-        self.turn_to_iterator(unseen)?;
+        self.turn_to_iterator(unseen, None)?;
         tracing::info!("eBPF accounting: task iterator (asked for)");
         Ok(())
     }
@@ -63,11 +64,14 @@ impl EbpfSource {
             self.log_choice(&load, SWITCH_CHEAPER);
             return;
         }
-        match self.turn_to_iterator(unseen) {
+        let rates = Rates {
+            forks_per_s: load.forks_per_s,
+            switches_per_s: load.switches_per_s,
+        };
+        match self.turn_to_iterator(unseen, Some(rates)) {
             Ok(()) => self.log_choice(
                 &load,
-                "task iterator once per snapshot, only final switches on sched_switch \
-                 (charging every switch would cost more)",
+                "task iterator once per snapshot (charging every switch would cost more)",
             ),
             Err(why) => {
                 self.clear_entries();
@@ -122,12 +126,34 @@ impl EbpfSource {
         }
     }
 
-    fn turn_to_iterator(&mut self, unseen: Vec<u32>) -> Result<(), String> {
-        self.ebpf.put_exit_in_switch_place()?;
+    /// Turns to iterator accounting, with exits exact or counted as the setting and the node's
+    /// `rates` since load say (see [`crate::exits`]).
+    fn turn_to_iterator(&mut self, unseen: Vec<u32>, rates: Option<Rates>) -> Result<(), String> {
         self.pass_reads = PassReads::new(&self.ebpf);
+        let basis = self.initial_basis(rates);
+        let turned = match basis {
+            Basis::FinalSwitch => self.ebpf.put_exit_in_switch_place(),
+            Basis::Kernel => self.ebpf.take_switch_out(),
+        };
+        if let Err(why) = turned {
+            self.pass_reads = None;
+            return Err(why);
+        }
         self.accounting = Accounting::Iterator;
         self.stats.task_iterator.store(true, Ordering::Relaxed);
+        self.stats
+            .exits_counted
+            .store(basis == Basis::Kernel, Ordering::Relaxed);
         self.reconciler.use_iterator();
+        self.reconciler
+            .rebase(&self.procfs, &FastMap::default(), basis);
+        tracing::info!(
+            exits = match basis {
+                Basis::FinalSwitch => "exact (kepler_exit)",
+                Basis::Kernel => "counted through cgroup usage counters",
+            },
+            "eBPF task iterator"
+        );
         if !unseen.is_empty() {
             tracing::info!(
                 pids = ?unseen,
@@ -150,11 +176,16 @@ impl EbpfSource {
         // (timers started together): a quarter-second window read 1,000 such processes as 420
         // switches/s where a second reads 2,080, and most of them as quiet.
         const WINDOW: Duration = Duration::from_secs(1);
-        let (at_load, since) = self.loaded_switches?;
+        let (at_load, since) = self.loaded_counts?;
         if let Some(rest) = WINDOW.checked_sub(since.elapsed()) {
             std::thread::sleep(rest);
         }
-        let now = proc::context_switches(&self.procfs)?;
+        let now = self
+            .procfs
+            .read_node_stat()
+            .ok()
+            .as_ref()
+            .and_then(super::exits::counts)?;
         let elapsed = since.elapsed().as_secs_f64();
         self.read_live().ok()?;
         let ran = self.observed.live.len() as u64;
@@ -163,7 +194,8 @@ impl EbpfSource {
             threads: proc::threads(&self.procfs)?,
             unseen_threads: 0,
             quiet_processes: processes.saturating_sub(ran),
-            switches_per_s: now.saturating_sub(at_load) as f64 / elapsed,
+            switches_per_s: now.1.saturating_sub(at_load.1) as f64 / elapsed,
+            forks_per_s: now.0.saturating_sub(at_load.0) as f64 / elapsed,
         })
     }
 
@@ -227,11 +259,17 @@ impl EbpfSource {
                 .filter(|t| self.procfs.key(pid, t.start_ns) == key)
                 .copied()
                 .unwrap_or_default();
+            let cpu_ns = ended.dead_ns.saturating_add(runtime);
+            let switches = ended.dead_switches.saturating_add(slices);
+            // /proc has no reading of the kernel's basis per thread group in ns: both are the
+            // same here, what its released threads left aside (their cgroup's counter holds it).
             let totals = TaskTotals {
                 start_ns,
                 cgroup_id: ended.cgroup_id,
-                cpu_ns: ended.dead_ns.saturating_add(runtime),
-                switches: ended.dead_switches.saturating_add(slices),
+                cpu_ns,
+                switches,
+                sig_ns: cpu_ns,
+                sig_switches: switches,
                 ..ended
             };
             self.observed.live.insert(pid, totals);
@@ -283,6 +321,11 @@ impl PassReads {
                 None
             }
         }
+    }
+
+    /// The number of the last pass (its iterator session).
+    pub(super) fn pass_id(&self) -> Option<u32> {
+        self.fill.get(0).map(|f| f.pass)
     }
 
     #[cfg(test)]
@@ -338,7 +381,14 @@ impl EbpfSource {
         live.clear();
         // A tgid met twice in a pass (reused within it) keeps the later slot, the entry the map
         // holds after the pass.
-        live.extend(reads.out.slots(used).map(|slot| (slot.tgid, slot.totals())));
+        let pass = fill.map_or(0, |f| f.pass);
+        live.extend(reads.out.slots(used).map(|slot| {
+            let t = TaskTotals {
+                pass,
+                ..slot.totals()
+            };
+            (slot.tgid, t)
+        }));
         self.unseen_entries();
         Ok(())
     }

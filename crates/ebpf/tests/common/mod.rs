@@ -1,16 +1,13 @@
 //! Helpers of the live tests: child processes (the test binary re-executed in a "mode"), CPU
-//! burning, a test cgroup that looks like a container, and the attribution rule for deltas.
+//! burning, and a test cgroup that looks like a container.
 
 #![allow(dead_code)]
 
-use std::collections::HashMap;
 use std::ffi::CString;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
-
-use kepler_core::{ProcessKey, UsageSnapshot};
 
 /// Environment variable that turns the test binary into a helper child.
 pub const CHILD_ENV: &str = "KEPLER_EBPF_TEST_CHILD";
@@ -283,49 +280,4 @@ impl Drop for TestCgroup {
             }
         }
     }
-}
-
-/// CPU time each process used between two snapshots, by attribution's rule: a process first
-/// seen in `cur` counts from zero if it started after `prev` was taken, or always when the
-/// source counts from its own start (`UsageSource::counts_from_start`).
-pub fn cpu_deltas(
-    prev: &UsageSnapshot,
-    cur: &UsageSnapshot,
-    counts_from_start: bool,
-) -> Vec<(ProcessKey, Duration)> {
-    let before: HashMap<ProcessKey, Duration> =
-        prev.processes.iter().map(|p| (p.key, p.cpu_time)).collect();
-    cur.processes
-        .iter()
-        .filter_map(|p| {
-            let base = match before.get(&p.key) {
-                Some(b) => *b,
-                None if p.key.start_time >= prev.uptime || counts_from_start => Duration::ZERO,
-                None => return None,
-            };
-            Some((p.key, p.cpu_time.saturating_sub(base)))
-        })
-        .collect()
-}
-
-/// CPU time attributed to container `id` between two snapshots.
-pub fn container_cpu(
-    prev: &UsageSnapshot,
-    cur: &UsageSnapshot,
-    id: &str,
-    counts_from_start: bool,
-) -> Duration {
-    let in_container: HashMap<ProcessKey, bool> = cur
-        .processes
-        .iter()
-        .map(|p| {
-            let c = p.info.workload.container.as_ref();
-            (p.key, c.is_some_and(|c| c.id == id))
-        })
-        .collect();
-    cpu_deltas(prev, cur, counts_from_start)
-        .into_iter()
-        .filter(|(k, _)| in_container.get(k).copied().unwrap_or(false))
-        .map(|(_, d)| d)
-        .sum()
 }

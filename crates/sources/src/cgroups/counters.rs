@@ -134,36 +134,63 @@ impl UsageCounters {
         true
     }
 
+    /// Stops reading every cgroup: the next ones noted are read from baselines.
+    pub fn forget(&mut self) {
+        self.tracked.clear();
+        self.held = 0;
+        self.added = false;
+        self.tree_changed = false;
+    }
+
     /// Notes the cgroups that count this snapshot's processes, for the next [`Self::read`].
     pub fn note_listed(&mut self, processes: &[ProcessUsage]) {
-        self.tracked.values_mut().for_each(|t| t.listed = false);
-        let mut added = false;
-        let mut previous: Option<&Arc<str>> = None;
+        self.begin_listing();
+        let mut previous: Option<&ProcessUsage> = None;
         for p in processes {
             let Some(name) = p.info.usage_cgroup.as_ref() else {
                 continue;
             };
             // Listings keep a cgroup's processes together more often than not.
-            if previous.is_some_and(|prev| Arc::ptr_eq(prev, name)) {
-                continue;
-            }
-            previous = Some(name);
-            let t = match self.tracked.get_mut(name) {
-                Some(t) => t,
-                None => {
-                    added = true;
-                    self.tree_changed = true;
-                    self.tracked.entry(name.clone()).or_default()
-                }
-            };
-            if !t.listed {
-                t.listed = true;
-                if t.workload != p.info.workload {
-                    t.workload = p.info.workload.clone();
-                }
+            let same = previous.is_some_and(|q| {
+                q.info
+                    .usage_cgroup
+                    .as_ref()
+                    .is_some_and(|n| Arc::ptr_eq(n, name))
+                    && q.info.workload == p.info.workload
+            });
+            previous = Some(p);
+            if !same {
+                self.note(name, &p.info.workload);
             }
         }
-        self.added |= added;
+    }
+
+    /// Starts a listing: the cgroups [`Self::note`]d until the next read are those it reads
+    /// again after that one.
+    pub fn begin_listing(&mut self) {
+        self.tracked.values_mut().for_each(|t| t.listed = false);
+    }
+
+    /// Notes that cgroup `name` counts a listed process, whose time beyond the listed
+    /// processes' goes to `workload`: the workload of all its processes listed since
+    /// [`Self::begin_listing`], or nobody's (the node's) when they differ.
+    pub fn note(&mut self, name: &Arc<str>, workload: &WorkloadIdentity) {
+        let t = match self.tracked.get_mut(name) {
+            Some(t) => t,
+            None => {
+                self.added = true;
+                self.tree_changed = true;
+                self.tracked.entry(name.clone()).or_default()
+            }
+        };
+        if !t.listed {
+            t.listed = true;
+            if t.workload != *workload {
+                t.workload = workload.clone();
+            }
+        } else if t.workload != *workload && t.workload != WorkloadIdentity::default() {
+            t.workload = WorkloadIdentity::default();
+        }
     }
 
     /// Each cgroup's nearest read ancestor.

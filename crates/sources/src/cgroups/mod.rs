@@ -17,7 +17,7 @@ use std::path::{Path, PathBuf};
 
 pub use counters::UsageCounters;
 pub use mounts::{cgroup2_mount, cgroup_v1_mount};
-pub use names::UsageNames;
+pub use names::{Uncounted, UsageNames};
 
 /// A hierarchy with a CPU usage counter per cgroup.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]

@@ -33,10 +33,13 @@ impl UsageNames {
     }
 
     /// The cgroup that counts the process whose `/proc/<pid>/cgroup` reads `content` (see
-    /// [`Counting`] for which): `None` when the file names none, or its path lies outside the
-    /// agent's cgroup namespace (`/..`).
-    pub fn of(&mut self, content: &str) -> Option<Arc<str>> {
-        let (mut cpuacct, mut unified) = (None, None);
+    /// [`Counting`] for which): `Ok(None)` when the file names none or its path lies outside
+    /// the agent's cgroup namespace (`/..`); [`Uncounted`] when the process sits in a v1 `cpu`
+    /// cgroup of its own (where its workload is found) that no `cpuacct` cgroup matches, so
+    /// that no counter read here holds that cgroup's time apart (a host that mounts `cpu`
+    /// and `cpuacct` separately and uses only the first, as this project's VM's tests do).
+    pub fn of(&mut self, content: &str) -> Result<Option<Arc<str>>, Uncounted> {
+        let (mut cpuacct, mut cpu, mut unified) = (None, None, None);
         for line in content.lines() {
             let mut parts = line.splitn(3, ':');
             let (Some(_id), Some(controllers), Some(path)) =
@@ -48,31 +51,40 @@ impl UsageNames {
                 unified.get_or_insert(path);
             } else if controllers.split(',').any(|c| c == "cpuacct") {
                 cpuacct.get_or_insert(path);
+            } else if controllers.split(',').any(|c| c == "cpu") {
+                cpu.get_or_insert(path);
             }
         }
         let usable = |path: &&str| path.starts_with('/') && !path.split('/').any(|c| c == "..");
         let cpuacct = cpuacct.filter(|_| self.cpuacct).filter(usable);
+        if cpu.is_some_and(|p| p != "/") && cpu != cpuacct {
+            return Err(Uncounted);
+        }
         let unified = unified.filter(|_| self.unified).filter(usable);
         let (hierarchy, path) = match (cpuacct, unified) {
             (Some(p), _) if p != "/" => (CountingHierarchy::Cpuacct, p),
             (_, Some(p)) if p != "/" => (CountingHierarchy::Unified, p),
             (Some(root), _) => (CountingHierarchy::Cpuacct, root),
-            _ => return None,
+            _ => return Ok(None),
         };
         self.scratch.clear();
         self.scratch.push_str(hierarchy.prefix());
         self.scratch.push_str(path);
         if let Some(name) = self.interned.get(&self.scratch) {
-            return Some(name.clone());
+            return Ok(Some(name.clone()));
         }
         if self.interned.len() >= MAX_NAMES {
             self.interned.clear();
         }
         let name: Arc<str> = Arc::from(self.scratch.as_str());
         self.interned.insert(self.scratch.clone(), name.clone());
-        Some(name)
+        Ok(Some(name))
     }
 }
+
+/// A process whose workload's cgroup has no usage counter here (see [`UsageNames::of`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Uncounted;
 
 #[cfg(test)]
 mod tests {
@@ -102,30 +114,66 @@ mod tests {
     #[test]
     fn a_process_is_counted_where_its_workload_is_found() {
         let mut hybrid = UsageNames::new(&both());
-        assert_eq!(hybrid.of(CGROUPFS).as_deref(), Some("cpuacct:/docker/abc"));
-        assert_eq!(hybrid.of(UNIFIED_ONLY).as_deref(), Some("unified:/bench/a"));
+        assert_eq!(
+            hybrid.of(CGROUPFS).unwrap().as_deref(),
+            Some("cpuacct:/docker/abc")
+        );
+        assert_eq!(
+            hybrid.of(UNIFIED_ONLY).unwrap().as_deref(),
+            Some("unified:/bench/a")
+        );
         // The root of cpuacct counts every task: processes there are counted by it.
-        assert_eq!(hybrid.of(ROOTS).as_deref(), Some("cpuacct:/"));
+        assert_eq!(hybrid.of(ROOTS).unwrap().as_deref(), Some("cpuacct:/"));
         let mut v2 = UsageNames::new(&unified_only());
         assert_eq!(
-            v2.of(CGROUPFS).as_deref(),
+            v2.of(CGROUPFS).unwrap().as_deref(),
             Some("unified:/system.slice/containerd.service")
         );
-        assert_eq!(v2.of(ROOTS), None, "cgroup2's root counts another basis");
+        assert_eq!(
+            v2.of(ROOTS),
+            Ok(None),
+            "cgroup2's root counts another basis"
+        );
+    }
+
+    #[test]
+    fn a_cpu_cgroup_without_its_cpuacct_one_is_uncounted() {
+        let mut hybrid = UsageNames::new(&both());
+        // `cpu` mounted apart from `cpuacct`, the process in a `cpu` cgroup only.
+        assert_eq!(
+            hybrid.of("2:cpuacct:/\n1:cpu:/docker/abc\n0::/\n"),
+            Err(Uncounted)
+        );
+        // The same path in both: counted in cpuacct.
+        assert_eq!(
+            hybrid
+                .of("2:cpuacct:/docker/abc\n1:cpu:/docker/abc\n0::/\n")
+                .unwrap()
+                .as_deref(),
+            Some("cpuacct:/docker/abc")
+        );
+        // At the root of cpu: nothing of its own there.
+        assert_eq!(
+            hybrid.of(UNIFIED_ONLY).unwrap().as_deref(),
+            Some("unified:/bench/a")
+        );
     }
 
     #[test]
     fn odd_lines_and_paths_outside_the_namespace_name_nothing() {
         let mut v2 = UsageNames::new(&unified_only());
-        assert_eq!(v2.of("0::/../../kubepods/pod1/c1\n"), None);
-        assert_eq!(v2.of("0::relative\n"), None);
-        assert_eq!(v2.of("garbage\n\n::\n"), None);
-        assert_eq!(v2.of(""), None);
-        assert_eq!(v2.of("x:y\n0::/ok\n").as_deref(), Some("unified:/ok"));
+        assert_eq!(v2.of("0::/../../kubepods/pod1/c1\n"), Ok(None));
+        assert_eq!(v2.of("0::relative\n"), Ok(None));
+        assert_eq!(v2.of("garbage\n\n::\n"), Ok(None));
+        assert_eq!(v2.of(""), Ok(None));
+        assert_eq!(
+            v2.of("x:y\n0::/ok\n").unwrap().as_deref(),
+            Some("unified:/ok")
+        );
         let mut hybrid = UsageNames::new(&both());
         // Outside in cpuacct: counted in the cgroup2 cgroup instead.
         assert_eq!(
-            hybrid.of("2:cpuacct:/../x\n0::/ok\n").as_deref(),
+            hybrid.of("2:cpuacct:/../x\n0::/ok\n").unwrap().as_deref(),
             Some("unified:/ok")
         );
     }
@@ -133,9 +181,9 @@ mod tests {
     #[test]
     fn processes_of_one_cgroup_share_its_name() {
         let mut v2 = UsageNames::new(&unified_only());
-        let a = v2.of("0::/a\n").unwrap();
-        let b = v2.of("1:name=systemd:/x\n0::/a\n").unwrap();
+        let a = v2.of("0::/a\n").unwrap().unwrap();
+        let b = v2.of("1:name=systemd:/x\n0::/a\n").unwrap().unwrap();
         assert!(Arc::ptr_eq(&a, &b));
-        assert!(!Arc::ptr_eq(&a, &v2.of("0::/b\n").unwrap()));
+        assert!(!Arc::ptr_eq(&a, &v2.of("0::/b\n").unwrap().unwrap()));
     }
 }

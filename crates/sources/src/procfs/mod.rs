@@ -34,10 +34,9 @@ use kepler_core::{
 
 use crate::cgroups::{Counting, UsageCounters};
 
-pub use reader::{ProcessDescription, ProcessState, ProcfsReader};
+pub use reader::{NodeStat, ProcessDescription, ProcessState, ProcfsReader};
 
 use credit::Credit;
-use reader::NodeStat;
 
 use parse::{PidStat, PF_KTHREAD};
 use read::io_error;
@@ -366,7 +365,9 @@ impl UsageSource for ProcfsSource {
         // then has a start time after this uptime, so the next tick counts all its CPU time.
         // The fork count is read before it too: a process started after it counts, so the next
         // scan lists the tree.
-        let NodeStat { cpu: node, forks } = self.reader.read_node_stat()?;
+        let NodeStat {
+            cpu: node, forks, ..
+        } = self.reader.read_node_stat()?;
         let uptime = self.reader.read_uptime()?;
         let cgroups = self.read_counters(forks);
         self.generation = self.generation.wrapping_add(1);

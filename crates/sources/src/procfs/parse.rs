@@ -88,9 +88,14 @@ pub(crate) fn parse_cpu_line(content: &[u8]) -> Option<CpuLine> {
 /// The `processes` line of `/proc/stat`: tasks (processes and threads) the kernel has created
 /// since boot. `None` when the line is missing or odd.
 pub(crate) fn parse_forks(content: &[u8]) -> Option<u64> {
+    parse_stat_count(content, b"processes ")
+}
+
+/// The count on the line of `/proc/stat` that starts with `name` (`ctxt `, `processes `).
+pub(crate) fn parse_stat_count(content: &[u8], name: &[u8]) -> Option<u64> {
     let line = content
         .split(|&b| b == b'\n')
-        .find_map(|l| l.strip_prefix(b"processes "))?;
+        .find_map(|l| l.strip_prefix(name))?;
     parse_u64(line.trim_ascii())
 }
 

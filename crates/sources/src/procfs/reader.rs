@@ -6,6 +6,7 @@ use std::ffi::OsStr;
 use std::fs::{self, File};
 use std::io;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::Duration;
 
 use kepler_core::{NodeCpuTimes, ProcessInfo, ProcessKey, ReadError, Unavailable};
@@ -14,7 +15,7 @@ use super::parse::{self, PidStat, PF_KTHREAD};
 use crate::bounded::open_nonblocking;
 
 use super::read::{io_error, is_procfs, is_vanished, parse_error, user_hz, Buffer};
-use crate::cgroups::{Counting, UsageNames};
+use crate::cgroups::{Counting, Uncounted, UsageNames};
 
 /// What `/proc/<pid>` tells about a process, as [`ProcfsReader::describe`] reads it.
 #[derive(Clone, Debug, PartialEq)]
@@ -39,12 +40,14 @@ pub struct ProcessState {
 
 /// What `<root>/stat` says of the node ([`ProcfsReader::read_node_stat`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) struct NodeStat {
+pub struct NodeStat {
     pub cpu: NodeCpuTimes,
     /// Tasks (processes and threads) created since boot, the `processes` line, when the file
     /// is procfs' own: while it stays the same no process has started. `None` for a fixture
     /// tree, whose processes may change without it, and for a file without the line.
     pub forks: Option<u64>,
+    /// Context switches since boot (`ctxt`), all CPUs; `None` without the line.
+    pub switches: Option<u64>,
 }
 
 /// Reads a procfs tree (`/proc`, or a fixture with the same layout) into a reused buffer.
@@ -121,6 +124,23 @@ impl ProcfsReader {
         self.usage_names = Some(UsageNames::new(counting));
     }
 
+    /// The cgroup that counts process `pid` (see [`Self::name_usage_cgroups`]): `Ok(None)`
+    /// when no cgroup is named, the source names none, or the process is gone.
+    pub fn usage_cgroup(&mut self, pid: u32) -> Result<Option<Arc<str>>, Uncounted> {
+        let Some(names) = self.usage_names.as_mut() else {
+            return Ok(None);
+        };
+        let pid_name = pid.to_string();
+        self.path.clear();
+        self.path.push(&self.root);
+        self.path.push(&pid_name);
+        self.path.push("cgroup");
+        match self.buf.read_all(&self.path) {
+            Ok(content) => names.of(&String::from_utf8_lossy(content)),
+            Err(_) => Ok(None),
+        }
+    }
+
     /// The procfs root this reader reads.
     pub fn root(&self) -> &Path {
         &self.root
@@ -141,13 +161,18 @@ impl ProcfsReader {
 
     /// [`read_node_cpu_times`](Self::read_node_cpu_times) and the fork count, from the whole of
     /// `<root>/stat` (the kernel writes all of it for any read, so only the copy is longer).
-    pub(crate) fn read_node_stat(&mut self) -> Result<NodeStat, ReadError> {
+    pub fn read_node_stat(&mut self) -> Result<NodeStat, ReadError> {
         let counts_forks = self.load_node_stat(true)?;
         let cpu = self.parse_node_cpu()?;
         let forks = counts_forks
             .then(|| parse::parse_forks(self.buf.bytes()))
             .flatten();
-        Ok(NodeStat { cpu, forks })
+        let switches = parse::parse_stat_count(self.buf.bytes(), b"ctxt ");
+        Ok(NodeStat {
+            cpu,
+            forks,
+            switches,
+        })
     }
 
     /// Reads `<root>/stat` into the buffer, its first line or all of it; true when its fork
@@ -359,7 +384,11 @@ impl ProcfsReader {
         self.set_path(pid_name, "cgroup");
         let cgroup = String::from_utf8_lossy(read_optional(&mut self.buf, &self.path)?);
         info.cgroup_path = parse::select_cgroup_path(&cgroup).to_owned();
-        info.usage_cgroup = self.usage_names.as_mut().and_then(|n| n.of(&cgroup));
+        match self.usage_names.as_mut().map(|n| n.of(&cgroup)) {
+            Some(Ok(name)) => info.usage_cgroup = name,
+            Some(Err(Uncounted)) => info.usage_uncounted = true,
+            None => {}
+        }
         Some(info)
     }
 

@@ -368,3 +368,22 @@ fn cgroup2_cgroups_are_taken_out_of_the_node_and_their_own_ancestors() {
     assert_eq!(nearest_ancestor("cpuacct:/", &c.tracked), None);
     assert_eq!(nearest_ancestor("odd", &c.tracked), None);
 }
+
+#[test]
+fn a_cgroup_whose_processes_disagree_belongs_to_the_node() {
+    let tree = Tree::new();
+    tree.set("cpuacct:/", "1");
+    let root: Arc<str> = "cpuacct:/".into();
+    let mut container = process(1, &root);
+    Arc::make_mut(&mut container.info).workload.process_type = kepler_core::ProcessType::Container;
+    let mut c = tree.counters();
+    let mut out = Vec::new();
+    c.note_listed(&[process(2, &root), container.clone()]);
+    c.read(true, &mut out);
+    assert_eq!(out[0].workload, WorkloadIdentity::default());
+    // Alone, the container's process gives the cgroup its workload.
+    out.clear();
+    c.note_listed(&[container.clone()]);
+    c.read(true, &mut out);
+    assert_eq!(out[0].workload, container.info.workload);
+}
