@@ -436,8 +436,10 @@ def agent_command(spec, opts, fixture, workdir, port):
     ]  # fmt: skip
 
 
-# Which way the eBPF agent chose to account CPU time (sched_switch or task_iterator).
-ACCOUNTING = re.compile(rb'kepler_agent_ebpf_accounting_info\{[^}]*\baccounting="([a-z_]+)"[^}]*\} 1')
+# Which way the eBPF agent chose to account CPU time (sched_switch or task_iterator), and with
+# the task iterator how it learns of ended processes (final_switch or cgroup_counters).
+ACCOUNTING = re.compile(rb'kepler_agent_ebpf_accounting_info\{([^}]*)\} 1')
+LABEL = re.compile(rb'([a-z_]+)="([^"]*)"')
 
 
 def scrape(port, started):
@@ -453,7 +455,14 @@ def scrape(port, started):
         return {"at": started, "ok": False, "error": str(e)}
     ms = (time.perf_counter() - t0) * 1e3
     lines = [line for line in body.split(b"\n") if line and not line.startswith(b"#")]
-    accounting = next((m.group(1).decode() for m in map(ACCOUNTING.match, lines) if m), None)
+    accounting = None
+    for m in map(ACCOUNTING.match, lines):
+        if m:
+            labels = {k.decode(): v.decode() for k, v in LABEL.findall(m.group(1))}
+            accounting = labels.get("accounting")
+            if labels.get("exits") == "cgroup_counters":
+                accounting += "+counted"
+            break
     return {
         "at": started,
         "ok": resp.status == 200,

@@ -21,7 +21,11 @@ TARGET_RATIO = 0.2
 TARGET_WAKE_PCT = 0.1
 TARGET_SCRAPE_MS = 10.0
 # The eBPF agent's accounting, as its cells name it.
-ACCOUNTING_SHORT = {"sched_switch": "switch", "task_iterator": "iterator"}
+ACCOUNTING_SHORT = {
+    "sched_switch": "switch",
+    "task_iterator": "iterator",
+    "task_iterator+counted": "iterator, counted exits",
+}
 
 
 def med(rows, key):
@@ -95,7 +99,8 @@ def render(out_dir):
     lines.append(
         "Cells: CPU % of one core · RSS · series · median scrape time, and for the eBPF source "
         "the accounting it chose (switch: `sched_switch` charging, iterator: the task "
-        "iterator). eBPF CPU is user space "
+        "iterator; counted exits: nothing on `sched_switch`, ended processes through their "
+        "cgroups' counters). eBPF CPU is user space "
         "(agent cgroup) + in-kernel (its BPF programs' run time). Machine: load average at the "
         "end of the window · context switches per second during it (each runs the programs)."
     )
