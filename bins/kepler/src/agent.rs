@@ -350,6 +350,13 @@ impl Ticker {
                 if self.sampler.exited_last_tick() >= RELEASE_AFTER_EXITED {
                     release_free_memory();
                 }
+                // The first ticks run code that runs once (first readings, baselines, the
+                // usage source's first choices): paged out again, only the code that runs every
+                // tick comes back (see `startup_code`).
+                if self.ticks == PAGE_OUT_AGAIN_AT_TICK {
+                    let paged_out = crate::startup_code::release();
+                    tracing::debug!(bytes = paged_out, "first ticks' code paged out");
+                }
             }
             Err(e) => {
                 if let Some(held) = self.failed_ticks.occur(self.started.elapsed()) {
@@ -363,6 +370,9 @@ impl Ticker {
 
 /// Exited processes in one tick after which the allocator's free pages are handed back.
 const RELEASE_AFTER_EXITED: usize = 1_000;
+
+/// The tick after which the binary's code is paged out a second time.
+const PAGE_OUT_AGAIN_AT_TICK: u64 = 3;
 
 /// Hands the allocator's free pages back to the system.
 fn release_free_memory() {

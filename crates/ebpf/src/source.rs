@@ -29,6 +29,7 @@ use crate::{proc, unseen, EbpfSettings, EbpfStats};
 mod drain;
 mod exits;
 mod iterator;
+mod pass_groups;
 
 /// Usage from the BPF programs: every thread group's CPU time (since load with `sched_switch`
 /// accounting, since its start with the task iterator), exited ones once.
@@ -73,20 +74,16 @@ pub struct EbpfSource {
     /// With the task iterator, whether ended processes come exact from `kepler_exit` or are
     /// counted through the cgroups (see [`crate::exits`]), and what that needs: the cgroups'
     /// usage counters, the fork count at their last read and whether a group went since, the
-    /// tgids of the last whole pass (their entries are deleted when they go), the node's counts
-    /// at the last snapshot, and whether a turn to exact exits completes at this snapshot.
+    /// groups of the last whole pass and the cgroups that count them (their entries are
+    /// deleted when they go), the node's counts at the last snapshot, and whether a turn to
+    /// exact exits completes at this snapshot.
     exit_policy: ExitPolicy,
     cgroup_counters: Option<UsageCounters>,
     counted_at_forks: Option<u64>,
     gone_since_counted: bool,
-    previous_pass: Vec<u32>,
+    pass_groups: pass_groups::PassGroups,
     last_counts: Option<((u64, u64), Instant)>,
     turning_exact: bool,
-    /// The cgroup that counts each group of the last pass, by tgid (with its start), and the
-    /// workload each such cgroup's path names: quiet processes are never described, but
-    /// their cgroups' counters hold their ended children.
-    group_cgroups: FastMap<u32, (u64, exits::GroupCgroup)>,
-    cgroup_workloads: FastMap<Arc<str>, kepler_core::WorkloadIdentity>,
     /// Until when counted exits are not chosen by `auto`: a process was found whose
     /// workload's cgroup has no counter here (see `kepler_sources::cgroups::Uncounted`).
     uncounted_until: Option<Instant>,
@@ -331,11 +328,9 @@ impl EbpfSource {
             cgroup_counters: counting.map(UsageCounters::new),
             counted_at_forks: None,
             gone_since_counted: false,
-            previous_pass: Vec::new(),
+            pass_groups: pass_groups::PassGroups::default(),
             last_counts: None,
             turning_exact: false,
-            group_cgroups: FastMap::default(),
-            cgroup_workloads: FastMap::default(),
             uncounted_until: None,
         })
     }
@@ -630,11 +625,13 @@ mod tests {
 
     use super::*;
 
+    /// Exact exits, whatever the machine's load: these tests read what kepler_exit hands over.
     fn bare_source() -> EbpfSource {
         let settings = EbpfSettings {
             page_cache: false,
             softirq: false,
             hw_counters: false,
+            exits: crate::Exits::Exact,
             ..Default::default()
         };
         EbpfSource::new("/proc", Arc::new(kepler_core::NoWorkloads), settings).unwrap()

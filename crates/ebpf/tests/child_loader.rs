@@ -11,7 +11,9 @@ use std::time::{Duration, Instant};
 
 use common::*;
 use kepler_core::{Feature, NoWorkloads, Unavailable, UsageSource};
-use kepler_ebpf::{Accounting, EbpfSettings, EbpfSource, Loader, LoaderCommand, ProbeState};
+use kepler_ebpf::{
+    Accounting, EbpfSettings, EbpfSource, Exits, Loader, LoaderCommand, ProbeState,
+};
 
 /// One test at a time: each checks that it left no child behind, and the CPU-time check
 /// wants the machine to itself.
@@ -63,9 +65,11 @@ fn command(mode: &str, timeout: Duration) -> LoaderCommand {
     }
 }
 
+/// Exact exits: the busy process is followed to its end.
 fn settings(command: LoaderCommand) -> EbpfSettings {
     EbpfSettings {
         loader: Loader::Child(command),
+        exits: Exits::Exact,
         ..EbpfSettings::default()
     }
 }

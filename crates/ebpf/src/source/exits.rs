@@ -3,11 +3,9 @@
 //! the turns between exact and counted exits while processes run.
 
 use std::sync::atomic::Ordering;
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use kepler_core::{CgroupUsage, ProcessInfo, ProcessUsage};
-use kepler_sources::cgroups::Uncounted;
 use kepler_sources::NodeStat;
 
 use super::EbpfSource;
@@ -18,9 +16,6 @@ use crate::reconcile::Basis;
 /// How long `auto` keeps exits exact after a process was found whose workload's cgroup no
 /// counter read here holds apart: counting would lose its ended children's time.
 const UNCOUNTED_HOLD: Duration = Duration::from_secs(600);
-
-/// The cgroup that counts a group, as read from its `/proc/<pid>/cgroup`.
-pub(super) type GroupCgroup = Result<Option<Arc<str>>, Uncounted>;
 
 /// The node's fork and switch counts, when `/proc/stat` gives both.
 pub(super) fn counts(stat: &NodeStat) -> Option<(u64, u64)> {
@@ -102,17 +97,7 @@ impl EbpfSource {
         if !self.observed.whole_pass {
             return;
         }
-        let mut current: Vec<u32> = self.observed.live.keys().copied().collect();
-        current.sort_unstable();
-        let gone: Vec<u32> = self
-            .previous_pass
-            .iter()
-            .copied()
-            .filter(|tgid| current.binary_search(tgid).is_err())
-            .collect();
-        for tgid in &gone {
-            self.group_cgroups.remove(tgid);
-        }
+        let gone = self.pass_groups.gone(&self.observed.live);
         if !gone.is_empty() {
             self.gone_since_counted = true;
             if let Some(map) = self.ebpf.map_mut(names::TASKS) {
@@ -120,7 +105,6 @@ impl EbpfSource {
                 super::delete_entries(map, &gone, &mut Vec::new());
             }
         }
-        self.previous_pass = current;
     }
 
     /// After a snapshot's step: notes the cgroups its processes are counted in, finishes a
@@ -174,9 +158,6 @@ impl EbpfSource {
                 self.ebpf.detach_exit();
                 self.reconciler
                     .rebase(&self.procfs, &self.observed.live, Basis::Kernel);
-                let mut current: Vec<u32> = self.observed.live.keys().copied().collect();
-                current.sort_unstable();
-                self.previous_pass = current;
                 self.note_pass_cgroups(processes);
                 if let Some(counters) = &mut self.cgroup_counters {
                     counters.read(true, out);
@@ -202,8 +183,7 @@ impl EbpfSource {
         let EbpfSource {
             cgroup_counters: Some(counters),
             observed,
-            group_cgroups,
-            cgroup_workloads,
+            pass_groups,
             procfs,
             classifier,
             ..
@@ -211,43 +191,26 @@ impl EbpfSource {
         else {
             return false;
         };
-        counters.begin_listing();
-        let mut uncounted = false;
-        for (tgid, t) in &observed.live {
-            let usage = match group_cgroups.get(tgid) {
-                Some((start_ns, usage)) if *start_ns == t.start_ns => usage.clone(),
-                _ => {
-                    let usage = procfs.usage_cgroup(*tgid);
-                    group_cgroups.insert(*tgid, (t.start_ns, usage.clone()));
-                    usage
-                }
-            };
-            let name = match usage {
-                Ok(Some(name)) => name,
-                Ok(None) => continue,
-                Err(Uncounted) => {
-                    uncounted = true;
-                    continue;
-                }
-            };
-            let workload = cgroup_workloads.entry(name.clone()).or_insert_with(|| {
-                let path = name.split_once(':').map_or("", |(_, path)| path);
+        pass_groups.update(
+            &observed.live,
+            |tgid| procfs.usage_cgroup(tgid),
+            |path| {
                 classifier.classify(&ProcessInfo {
                     cgroup_path: path.to_string(),
                     ..ProcessInfo::default()
                 })
-            });
-            counters.note(&name, workload);
+            },
+        );
+        counters.begin_listing();
+        for (name, workload) in pass_groups.cgroups() {
+            counters.note(name, workload);
         }
         for p in reported {
             if let Some(name) = &p.info.usage_cgroup {
                 counters.note(name, &p.info.workload);
             }
         }
-        if cgroup_workloads.len() > 2 * counters.tracked() + 64 {
-            cgroup_workloads.clear();
-        }
-        uncounted
+        pass_groups.any_uncounted()
     }
 
     /// Forgets the cgroups read: a later turn to counted exits starts them from baselines.
@@ -255,9 +218,7 @@ impl EbpfSource {
         if let Some(counters) = &mut self.cgroup_counters {
             counters.forget();
         }
-        self.previous_pass.clear();
-        self.group_cgroups.clear();
-        self.cgroup_workloads.clear();
+        self.pass_groups.clear();
     }
 
     fn note_turn(&self, to: Basis, rates: Option<Rates>) {
