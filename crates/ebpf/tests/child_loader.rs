@@ -11,9 +11,7 @@ use std::time::{Duration, Instant};
 
 use common::*;
 use kepler_core::{Feature, NoWorkloads, Unavailable, UsageSource};
-use kepler_ebpf::{
-    Accounting, EbpfSettings, EbpfSource, Exits, Loader, LoaderCommand, ProbeState,
-};
+use kepler_ebpf::{Accounting, EbpfSettings, EbpfSource, Exits, Loader, LoaderCommand, ProbeState};
 
 /// One test at a time: each checks that it left no child behind, and the CPU-time check
 /// wants the machine to itself.
