@@ -20,6 +20,7 @@ import json
 import os
 import platform
 import re
+import shutil
 import signal
 import socket
 import statistics
@@ -426,8 +427,14 @@ def agent_command(spec, opts, fixture, workdir, port):
     if not os.path.exists(config):
         with open(config, "w") as f:
             f.write(f"ebpf:\n  enabled: {'true' if kind == 'ebpf' else 'false'}\n")
+    # Each agent runs a copy of its own, as the one agent of a node does: the agent pages its
+    # start-up code out (MADV_PAGEOUT), which leaves alone the pages other processes map too,
+    # so agents sharing one file would keep each other's start-up code resident.
+    binary = os.path.join(workdir, f"kepler-{name}")
+    if not os.path.exists(binary):
+        shutil.copy2(opts.kepler, binary)
     return [
-        opts.kepler,
+        binary,
         "--config.file", config,
         "--host.sysfs", fixture.sysfs,
         "--monitor.interval", interval,

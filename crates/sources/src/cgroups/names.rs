@@ -33,11 +33,12 @@ impl UsageNames {
     }
 
     /// The cgroup that counts the process whose `/proc/<pid>/cgroup` reads `content` (see
-    /// [`Counting`] for which): `Ok(None)` when the file names none or its path lies outside
-    /// the agent's cgroup namespace (`/..`); [`Uncounted`] when the process sits in a v1 `cpu`
-    /// cgroup of its own (where its workload is found) that no `cpuacct` cgroup matches, so
-    /// that no counter read here holds that cgroup's time apart (a host that mounts `cpu`
-    /// and `cpuacct` separately and uses only the first, as this project's VM's tests do).
+    /// [`Counting`] for which): `Ok(None)` when the file names none (cgroup2's root);
+    /// [`Uncounted`] when no counter read here holds its cgroup's time apart: it sits in a v1
+    /// `cpu` cgroup of its own (where its workload is found) that no `cpuacct` cgroup matches
+    /// (a host that mounts `cpu` and `cpuacct` apart and uses only the first, as this
+    /// project's VM's tests do), or its paths lie outside the agent's cgroup namespace
+    /// (`/..`: an agent in a private cgroup namespace sees no other cgroup's counter).
     pub fn of(&mut self, content: &str) -> Result<Option<Arc<str>>, Uncounted> {
         let (mut cpuacct, mut cpu, mut unified) = (None, None, None);
         for line in content.lines() {
@@ -55,16 +56,24 @@ impl UsageNames {
                 cpu.get_or_insert(path);
             }
         }
-        let usable = |path: &&str| path.starts_with('/') && !path.split('/').any(|c| c == "..");
-        let cpuacct = cpuacct.filter(|_| self.cpuacct).filter(usable);
+        let outside = |path: &str| path.split('/').any(|c| c == "..");
+        let usable = |path: &&str| path.starts_with('/') && !outside(path);
+        let (cpuacct, unified) = (
+            cpuacct.filter(|_| self.cpuacct),
+            unified.filter(|_| self.unified),
+        );
+        // Another cgroup namespace's (the agent's own is private): none of its counters can be
+        // read from here.
+        let elsewhere = cpuacct.is_some_and(outside) || unified.is_some_and(outside);
+        let (cpuacct, unified) = (cpuacct.filter(usable), unified.filter(usable));
         if cpu.is_some_and(|p| p != "/") && cpu != cpuacct {
             return Err(Uncounted);
         }
-        let unified = unified.filter(|_| self.unified).filter(usable);
         let (hierarchy, path) = match (cpuacct, unified) {
             (Some(p), _) if p != "/" => (CountingHierarchy::Cpuacct, p),
             (_, Some(p)) if p != "/" => (CountingHierarchy::Unified, p),
             (Some(root), _) => (CountingHierarchy::Cpuacct, root),
+            _ if elsewhere => return Err(Uncounted),
             _ => return Ok(None),
         };
         self.scratch.clear();
@@ -160,9 +169,9 @@ mod tests {
     }
 
     #[test]
-    fn odd_lines_and_paths_outside_the_namespace_name_nothing() {
+    fn odd_lines_name_nothing_and_paths_outside_the_namespace_are_uncounted() {
         let mut v2 = UsageNames::new(&unified_only());
-        assert_eq!(v2.of("0::/../../kubepods/pod1/c1\n"), Ok(None));
+        assert_eq!(v2.of("0::/../../kubepods/pod1/c1\n"), Err(Uncounted));
         assert_eq!(v2.of("0::relative\n"), Ok(None));
         assert_eq!(v2.of("garbage\n\n::\n"), Ok(None));
         assert_eq!(v2.of(""), Ok(None));
