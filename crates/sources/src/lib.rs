@@ -8,6 +8,10 @@
 //! [`procfs::ProcfsReader`] is the reading layer under that source, shared with the eBPF source:
 //! node CPU times, a process's key, and its description, read and converted the same way.
 //!
+//! [`cgroups`] reads the usage counters of the cgroups that count the listed processes, for
+//! both sources: what they moved beyond those processes is the time of processes no listing
+//! showed.
+//!
 //! [`host::HostFacts`] is the one reader of facts about the host (cpuinfo, meminfo, hostname,
 //! hypervisor), read once at start-up under `host.procfs` and `host.sysfs`.
 

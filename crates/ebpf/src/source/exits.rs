@@ -53,7 +53,7 @@ impl EbpfSource {
     }
 
     /// Whether a process of the host sits in a cgroup whose time no counter read here holds
-    /// apart (see [`Uncounted`]).
+    /// apart (see [`kepler_sources::cgroups::Uncounted`]).
     fn any_uncounted(&mut self) -> bool {
         let pids = crate::unseen::pids(self.procfs.root());
         pids.into_iter()
@@ -155,10 +155,19 @@ impl EbpfSource {
         }
         match (basis, next) {
             (Basis::FinalSwitch, Basis::Kernel) if self.can_count_exits() => {
+                // Every group's cgroup is read first: one without a counter keeps exits exact.
+                if self.note_pass_cgroups(processes) && self.exit_policy.weighs() {
+                    self.uncounted_until = Some(now + UNCOUNTED_HOLD);
+                    self.stop_counting();
+                    tracing::info!(
+                        "eBPF exits: stay exact (a process's workload is in a cgroup without a \
+                         usage counter here: counting would lose its ended children's time)"
+                    );
+                    return;
+                }
                 self.ebpf.detach_exit();
                 self.reconciler
                     .rebase(&self.procfs, &self.observed.live, Basis::Kernel);
-                self.note_pass_cgroups(processes);
                 if let Some(counters) = &mut self.cgroup_counters {
                     counters.read(true, out);
                 }

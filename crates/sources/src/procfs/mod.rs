@@ -1,7 +1,9 @@
 //! The procfs usage source: node CPU times from `/proc/stat`, per-process CPU time from
 //! `/proc/<pid>/stat` (from the main thread's `schedstat` between `stat` reads where that
-//! thread is the whole process and no task started: [`credit`]), and what identifies a
-//! process read once when it first appears.
+//! thread is the whole process and no task started: [`credit`]), what identifies a process
+//! read once when it first appears, and the usage counters of the cgroups that count the
+//! processes ([`crate::cgroups`]), through which the time of processes no scan saw reaches
+//! their container, pod or VM.
 //!
 //! The reads themselves are in [`ProcfsReader`], public so that other sources (eBPF) read node
 //! CPU times and describe processes exactly as this one does.
