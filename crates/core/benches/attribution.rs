@@ -40,6 +40,7 @@ fn cgroup_readings(infos: &[Arc<ProcessInfo>], moved: Option<Duration>) -> Vec<C
             Some(CgroupUsage {
                 cgroup: info.usage_cgroup.clone()?,
                 since_last: moved,
+                counted_in: None,
                 workload: info.workload.clone(),
             })
         })

@@ -101,6 +101,11 @@ pub struct CgroupUsage {
     /// A source may leave a cgroup out of snapshots in which nothing can have ended: the next
     /// reading then covers all of them.
     pub since_last: Option<Duration>,
+    /// For a baseline (`since_last` is `None`): the nearest cgroup above it that the source
+    /// reads too, whose counter held this one's time until now. What this cgroup's processes
+    /// were credited before its baseline is then taken as that cgroup's, whose reading counted
+    /// it: a cgroup read first only after its processes were listed is not counted twice.
+    pub counted_in: Option<Arc<str>>,
     /// Whom that time belongs to: the workload of the cgroup's processes (none: the node's).
     pub workload: WorkloadIdentity,
 }

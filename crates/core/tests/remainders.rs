@@ -215,6 +215,7 @@ impl Node {
             cgroups.push(CgroupUsage {
                 cgroup: info.usage_cgroup.clone().unwrap(),
                 since_last: (!baseline).then(|| self.counter[cg] - self.reported[cg]),
+                counted_in: None,
                 workload: info.workload.clone(),
             });
             self.reported[cg] = self.counter[cg];
@@ -394,6 +395,7 @@ fn a_first_reading_is_a_baseline() {
         cgroups: vec![CgroupUsage {
             cgroup: info.usage_cgroup.clone().unwrap(),
             since_last: since_last.map(Duration::from_millis),
+            counted_in: None,
             workload: info.workload.clone(),
         }],
     };
@@ -426,4 +428,98 @@ fn a_first_reading_is_a_baseline() {
         .find(|c| c.container.id == "c0")
         .unwrap();
     assert_eq!(c0.cpu_time, Duration::from_millis(1_300));
+}
+
+/// A cgroup read first only after its processes were listed (a container started under the
+/// `cpuacct` root, which the source reads for the node's processes): until its baseline its
+/// time was in the root's counter, and the credit of its processes is taken as the root's.
+/// Neither the root's workload nor the container is credited it twice.
+#[test]
+fn a_new_cgroup_under_a_read_one_is_not_counted_twice() {
+    let ids = identities();
+    // The root holds another container's process (a workload of its own, so that its CPU
+    // time shows).
+    let root = Arc::new(ProcessInfo {
+        usage_cgroup: Some("cpuacct:/".into()),
+        ..(*ids[1]).clone()
+    });
+    let child = Arc::new(ProcessInfo {
+        usage_cgroup: Some("cpuacct:/pod0/c0".into()),
+        ..(*ids[0]).clone()
+    });
+    let reading =
+        |info: &Arc<ProcessInfo>, since_last: Option<u64>, counted_in: Option<&str>| CgroupUsage {
+            cgroup: info.usage_cgroup.clone().unwrap(),
+            since_last: since_last.map(Duration::from_millis),
+            counted_in: counted_in.map(Arc::from),
+            workload: info.workload.clone(),
+        };
+    let usage = |uptime: u64, processes, cgroups| UsageSnapshot {
+        uptime: Duration::from_secs(uptime),
+        node: NodeCpuTimes {
+            total: Duration::from_secs(uptime * 4),
+            idle: Duration::from_secs(uptime * 2),
+            iowait: Duration::ZERO,
+        },
+        processes,
+        cgroups,
+    };
+    let ms = Duration::from_millis;
+    let mut a = Attributor::new(AttributionConfig::default());
+    let energy = zone(10_000_000);
+    let mut tick = |u: &UsageSnapshot| {
+        a.tick(Tick {
+            usage: u,
+            energy: Some(&energy),
+            interval: Duration::from_secs(5),
+        })
+    };
+    let cpu = |s: &PowerSnapshot| {
+        let of = |id: &str| {
+            let c = s.containers.iter().find(|c| c.container.id == id);
+            c.map(|c| c.cpu_time).unwrap_or_default()
+        };
+        (of("c1"), of("c0"))
+    };
+    tick(&usage(
+        100,
+        vec![listing(1, 1, ms(1_000), &root, false)],
+        vec![reading(&root, None, None)],
+    ));
+    // The root's process used 200 ms, one of its short-lived ones 50; a process started in
+    // the new container since used 300, all in the root's counter, read before the listing.
+    // The container is read first after the listing, a baseline counted in the root.
+    let s = tick(&usage(
+        105,
+        vec![
+            listing(1, 1, ms(1_200), &root, false),
+            listing(2, 103, ms(300), &child, false),
+        ],
+        vec![
+            reading(&root, Some(550), None),
+            reading(&child, None, Some("cpuacct:/")),
+        ],
+    ));
+    assert_eq!(cpu(&s), (ms(250), ms(300)));
+    // Both read from here on: the root's reading less the container's. The container's
+    // process used 400 ms and one of its short-lived ones 20; the root's process 100 and a
+    // short-lived one 10.
+    let s = tick(&usage(
+        110,
+        vec![
+            listing(1, 1, ms(1_300), &root, false),
+            listing(2, 103, ms(700), &child, false),
+        ],
+        vec![
+            reading(&root, Some(110), None),
+            reading(&child, Some(420), None),
+        ],
+    ));
+    assert_eq!(cpu(&s), (ms(360), ms(720)));
+    let active = s.zones[0].active.energy.0;
+    let listed: u64 = s.processes.iter().map(|p| p.zones[0].energy.0).sum();
+    assert_eq!(
+        listed + s.zones[0].hidden.energy.0 + s.zones[0].unattributed.0,
+        active
+    );
 }

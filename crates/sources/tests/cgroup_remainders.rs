@@ -2,6 +2,8 @@
 //! start and end between two scans, which no scan sees, are credited to their cgroup's
 //! workload, as much as the kernel counted in that cgroup.
 
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -10,19 +12,85 @@ use kepler_core::{
     ProcessType, Runtime, Tick, UsageSource, WorkloadIdentity,
 };
 use kepler_sources::ProcfsSource;
-use kepler_testkit::churn::ChurnCgroup;
+use kepler_testkit::churn::{usage_of, ChurnCgroup};
 
-/// Classifies the processes counted in one cgroup as one container.
-struct OneContainer {
-    usage_cgroup: String,
-    identity: WorkloadIdentity,
+/// Classifies the processes counted in each of some cgroups as a container of its own.
+#[derive(Default)]
+struct Containers {
+    /// Usage cgroup name and container.
+    by_cgroup: Vec<(String, WorkloadIdentity)>,
 }
 
-impl Classifier for OneContainer {
+impl Containers {
+    /// Container `id` for the processes counted in cgroup2 cgroup `path`.
+    fn with(mut self, path: &str, id: &str) -> Containers {
+        let identity = WorkloadIdentity {
+            process_type: ProcessType::Container,
+            container: Some(Arc::new(ContainerId {
+                id: id.to_string(),
+                runtime: Runtime::Unknown,
+                pod_id: None,
+            })),
+            vm: None,
+        };
+        self.by_cgroup.push((format!("unified:{path}"), identity));
+        self
+    }
+}
+
+impl Classifier for Containers {
     fn classify(&self, info: &ProcessInfo) -> WorkloadIdentity {
-        match &info.usage_cgroup {
-            Some(c) if **c == *self.usage_cgroup => self.identity.clone(),
-            _ => WorkloadIdentity::default(),
+        let found = info.usage_cgroup.as_ref().and_then(|c| {
+            self.by_cgroup
+                .iter()
+                .find(|(name, _)| **name == **c)
+                .map(|(_, identity)| identity.clone())
+        });
+        found.unwrap_or_default()
+    }
+}
+
+/// A cgroup made under another, with a burner that moved itself into it first; killed and
+/// removed when dropped.
+struct Nested {
+    dir: PathBuf,
+    burner: Child,
+}
+
+impl Nested {
+    /// Starts a burner of `count` shell iterations in a new cgroup `name` under `parent`.
+    fn start(parent: &Path, name: &str, count: u32) -> Nested {
+        let dir = parent.join(name);
+        std::fs::create_dir(&dir).unwrap();
+        let burner = Command::new("sh")
+            .args([
+                "-c",
+                r#"echo $$ > "$1/cgroup.procs" || exit 1
+                   j=0; while [ "$j" -lt "$2" ]; do j=$((j+1)); done"#,
+                "burner",
+            ])
+            .arg(&dir)
+            .arg(count.to_string())
+            .spawn()
+            .unwrap();
+        Nested { dir, burner }
+    }
+
+    fn wait(&mut self) {
+        let status = self.burner.wait().unwrap();
+        assert!(status.success(), "the burner could not join its cgroup");
+    }
+}
+
+impl Drop for Nested {
+    fn drop(&mut self) {
+        let _ = self.burner.kill();
+        let _ = self.burner.wait();
+        for _ in 0..50 {
+            if std::fs::remove_dir(&self.dir).is_ok() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(100));
         }
     }
 }
@@ -49,18 +117,7 @@ fn processes_no_scan_sees_are_credited_to_their_cgroup() {
         return;
     };
     let id = "remainders".to_string();
-    let classifier = Arc::new(OneContainer {
-        usage_cgroup: format!("unified:{}", cgroup.path),
-        identity: WorkloadIdentity {
-            process_type: ProcessType::Container,
-            container: Some(Arc::new(ContainerId {
-                id: id.clone(),
-                runtime: Runtime::Unknown,
-                pod_id: None,
-            })),
-            vm: None,
-        },
-    });
+    let classifier = Arc::new(Containers::default().with(&cgroup.path, &id));
     let mut source = ProcfsSource::new("/proc".into(), classifier).unwrap();
     let mut attributor = Attributor::new(AttributionConfig::default());
     let mut tick = || {
@@ -95,5 +152,82 @@ fn processes_no_scan_sees_are_credited_to_their_cgroup() {
     assert!(
         truth > Duration::from_millis(100),
         "the burners used {truth:?}"
+    );
+}
+
+/// A container started under a cgroup whose counter is read already (on hybrid hosts, any
+/// container under the `cpuacct` root): that counter held the container's time until the
+/// container's own baseline, and neither workload is credited it twice.
+#[test]
+fn a_cgroup_made_under_a_read_one_is_counted_once() {
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    if unsafe { libc::geteuid() } != 0 {
+        kepler_testkit::tools::skip(
+            "SKIP a_cgroup_made_under_a_read_one_is_counted_once: needs root",
+        );
+        return;
+    }
+    let name = format!("kepler-procfs-nested-{}", std::process::id());
+    let Some(mut cgroup) = ChurnCgroup::create(&name) else {
+        kepler_testkit::tools::skip("SKIP: no cgroup2 cgroup could be made");
+        return;
+    };
+    let classifier = Arc::new(
+        Containers::default()
+            .with(&cgroup.path, "outer")
+            .with(&format!("{}/inner", cgroup.path), "inner"),
+    );
+    let mut source = ProcfsSource::new("/proc".into(), classifier).unwrap();
+    let mut attributor = Attributor::new(AttributionConfig::default());
+    let mut tick = || {
+        let usage = source.snapshot().unwrap();
+        attributor.tick(Tick {
+            usage: &usage,
+            energy: None,
+            interval: Duration::from_secs(1),
+        })
+    };
+    tick();
+    tick();
+    let before = cgroup.usage();
+    // Started after the last snapshot: its first listing counts all its time.
+    let mut inner = Nested::start(&cgroup.dir, "inner", 400_000);
+    let mut last = None;
+    for round in 0..4 {
+        if round == 2 {
+            inner.wait();
+        }
+        cgroup.churn(30, 3_000);
+        last = Some(tick());
+    }
+    let last = last.unwrap();
+    let inner_truth = usage_of(&inner.dir).unwrap();
+    let outer_truth = (cgroup.usage() - before).saturating_sub(inner_truth);
+    let (outer, inner_credit) = (container_cpu(&last, "outer"), container_cpu(&last, "inner"));
+    eprintln!(
+        "outer credited {outer:?} of {outer_truth:?}, inner {inner_credit:?} of {inner_truth:?}"
+    );
+    // Together exact but for clock ticks (processes are read through `stat`: a credit may
+    // trail by one; the burner's moments before it joined its cgroup are in its own time only).
+    let (credited, truth) = (outer + inner_credit, outer_truth + inner_truth);
+    let slack = Duration::from_millis(20) + truth / 100;
+    assert!(
+        credited + slack >= truth && credited <= truth + slack,
+        "credited {credited:?} in all, the cgroups used {truth:?}"
+    );
+    // Apart, the outer cgroup takes the burner's time up to the inner one's baseline as its
+    // credit then, which trails by up to a clock tick each of user and system time, and the
+    // moments between its listing and that baseline. Counted twice, it would take a whole
+    // interval's.
+    for (credited, truth) in [(outer, outer_truth), (inner_credit, inner_truth)] {
+        let slack = Duration::from_millis(40) + truth / 50;
+        assert!(
+            credited + slack >= truth && credited <= truth + slack,
+            "credited {credited:?}, the cgroup used {truth:?}"
+        );
+    }
+    assert!(
+        inner_truth > Duration::from_millis(100),
+        "the inner burner used {inner_truth:?}"
     );
 }

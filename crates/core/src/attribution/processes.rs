@@ -32,6 +32,9 @@ impl Attributor {
         self.weights.clear();
         self.keys.clear();
         let mut ended_with_reused_pid = Vec::new();
+        // Whether the source reads cgroup counters: only then is each process's credit noted
+        // by cgroup.
+        let counting = !(usage.cgroups.is_empty() && self.cgroups.is_empty());
         // Room for this tick's listing at once: under churn most of it is new, and the table
         // is cut back after each tick (see `prune`), so it would otherwise grow in steps.
         let new_at_most = usage.processes.len().saturating_sub(self.processes.len());
@@ -82,7 +85,12 @@ impl Attributor {
             let delta_ns = u64::try_from(delta.as_nanos()).unwrap_or(u64::MAX);
             self.keys.push(process.key);
             self.weights.push(delta_ns);
-            self.credit_process_cgroup(process.info.usage_cgroup.as_ref(), delta_ns, usage.uptime);
+            self.credit_process_cgroup(
+                counting,
+                process.info.usage_cgroup.as_ref(),
+                delta_ns,
+                usage.uptime,
+            );
         }
 
         for old in ended_with_reused_pid {

@@ -17,6 +17,12 @@
 //! credited. So the time credited to a cgroup, processes and remainders together, is never
 //! less than its counter moved, and more only by what the processes' readings fell short of
 //! their truth at one reading (repaid as soon as the cgroup has ended processes again).
+//!
+//! A source reads a cgroup first after it listed a process in it, and until then the cgroup's
+//! time was held in the counter of a cgroup above it that the source reads (a container's
+//! under the `cpuacct` root, which holds the node). So a baseline names that cgroup
+//! ([`crate::CgroupUsage::counted_in`]), and the credit of its processes until then is taken
+//! as that cgroup's: its counter's movement is not credited a second time as a remainder.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -34,9 +40,23 @@ pub(super) struct CgroupState {
     /// Counter movement not matched by process credit and not credited yet (ns); negative
     /// while processes were credited ahead of the counter.
     balance: i128,
+    /// Whether a reading of it came: its next movements count from there.
+    counting: bool,
     workload: WorkloadIdentity,
     /// Uptime when it was last reported or one of its processes was listed.
     seen_at: Duration,
+}
+
+impl CgroupState {
+    fn new(now: Duration) -> CgroupState {
+        CgroupState {
+            pending: 0,
+            balance: 0,
+            counting: false,
+            workload: WorkloadIdentity::default(),
+            seen_at: now,
+        }
+    }
 }
 
 /// This tick's remainders: one per cgroup whose counter moved beyond its processes' credit,
@@ -47,20 +67,28 @@ pub(super) struct Remainders {
 }
 
 impl Attributor {
-    /// Adds a listed process's credit of this tick to its cgroup's, if that cgroup is read.
+    /// Adds a listed process's credit of this tick to its cgroup's, while the source reads
+    /// counters (`counting`). A cgroup not read yet keeps it too: its baseline hands it to
+    /// the cgroup whose counter held it until then.
     pub(super) fn credit_process_cgroup(
         &mut self,
+        counting: bool,
         cgroup: Option<&Arc<str>>,
         delta_ns: u64,
         now: Duration,
     ) {
-        if self.cgroups.is_empty() {
+        let Some(cgroup) = cgroup.filter(|_| counting) else {
             return;
-        }
-        if let Some(state) = cgroup.and_then(|c| self.cgroups.get_mut(c)) {
-            state.pending = state.pending.saturating_add(delta_ns);
-            state.seen_at = now;
-        }
+        };
+        let state = match self.cgroups.get_mut(cgroup) {
+            Some(state) => state,
+            None => self
+                .cgroups
+                .entry(cgroup.clone())
+                .or_insert_with(|| CgroupState::new(now)),
+        };
+        state.pending = state.pending.saturating_add(delta_ns);
+        state.seen_at = now;
     }
 
     /// Turns the snapshot's cgroup readings into this tick's remainders, appended to
@@ -69,24 +97,39 @@ impl Attributor {
     pub(super) fn observe_remainders(&mut self, usage: &UsageSnapshot) {
         self.remainders.workloads.clear();
         let now = usage.uptime;
+        // Baselines first: the credit of their processes until now goes to the cgroup that
+        // counted them, before that one's reading is weighed.
         for reading in &usage.cgroups {
-            let known = self.cgroups.contains_key(&reading.cgroup);
-            let state = self
-                .cgroups
-                .entry(reading.cgroup.clone())
-                .or_insert_with(|| CgroupState {
-                    pending: 0,
-                    balance: 0,
-                    workload: WorkloadIdentity::default(),
-                    seen_at: now,
-                });
+            let Some(parent) = &reading.counted_in else {
+                continue;
+            };
+            let Some(state) = self.cgroups.get_mut(&reading.cgroup) else {
+                continue;
+            };
+            if state.counting && reading.since_last.is_some() {
+                continue;
+            }
+            let credited = std::mem::take(&mut state.pending);
+            if let Some(parent) = self.cgroups.get_mut(parent) {
+                parent.pending = parent.pending.saturating_add(credited);
+            }
+        }
+        for reading in &usage.cgroups {
+            let state = match self.cgroups.get_mut(&reading.cgroup) {
+                Some(state) => state,
+                None => self
+                    .cgroups
+                    .entry(reading.cgroup.clone())
+                    .or_insert_with(|| CgroupState::new(now)),
+            };
             state.seen_at = now;
             if state.workload != reading.workload {
                 state.workload = reading.workload.clone();
             }
             let credited = std::mem::take(&mut state.pending);
+            let counting = std::mem::replace(&mut state.counting, true);
             let moved = match reading.since_last {
-                Some(moved) if known => moved,
+                Some(moved) if counting => moved,
                 // A baseline: what the processes were credited this tick came before it.
                 _ => continue,
             };

@@ -107,10 +107,11 @@ impl EbpfSource {
         }
     }
 
-    /// After a snapshot's step: notes the cgroups its processes are counted in, finishes a
-    /// turn to exact exits begun at the snapshot before, and weighs the rates of the interval
-    /// just ended for the next one. A turn to counted exits reads the counters' baselines into
-    /// `out`, so that the next snapshot's readings count from this one.
+    /// After a snapshot's step: notes the cgroups its processes are counted in and reads the
+    /// baselines of those new to it into `out`, finishes a turn to exact exits begun at the
+    /// snapshot before, and weighs the rates of the interval just ended for the next one. A
+    /// turn to counted exits reads every counter's baseline into `out`, so that the next
+    /// snapshot's readings count from this one.
     pub(super) fn follow_exits(
         &mut self,
         stat: &NodeStat,
@@ -128,6 +129,9 @@ impl EbpfSource {
         let mut uncounted = processes.iter().any(|p| p.info.usage_uncounted);
         if basis == Basis::Kernel && self.observed.whole_pass {
             uncounted |= self.note_pass_cgroups(processes);
+            if let Some(counters) = &mut self.cgroup_counters {
+                counters.read_new(out);
+            }
         }
         if uncounted {
             self.uncounted_until = Some(now + UNCOUNTED_HOLD);
@@ -169,7 +173,7 @@ impl EbpfSource {
                 self.reconciler
                     .rebase(&self.procfs, &self.observed.live, Basis::Kernel);
                 if let Some(counters) = &mut self.cgroup_counters {
-                    counters.read(true, out);
+                    counters.read_new(out);
                 }
                 self.counted_at_forks = stat.forks;
                 self.gone_since_counted = false;

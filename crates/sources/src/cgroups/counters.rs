@@ -36,16 +36,16 @@ struct Tracked {
 }
 
 /// The counters of the cgroups that count a source's listed processes (see
-/// [`kepler_core::CgroupUsage`]). A cgroup is read from the snapshot after the one that first
-/// lists a process in it (a baseline), at every snapshot in which a task may have ended, and
-/// once more after its last process went (its last moments).
+/// [`kepler_core::CgroupUsage`]). A cgroup is read right after the listing that first counts a
+/// process in it (a baseline, [`Self::read_new`]), then before every listing after which a
+/// task may have ended, and once more after its last process went (its last moments).
 #[derive(Debug)]
 pub struct UsageCounters {
     counting: Counting,
     tracked: FastMap<Arc<str>, Tracked>,
     /// Whether a cgroup came or went since the parents were worked out.
     tree_changed: bool,
-    /// Whether a cgroup was noted since the last read: it is read (a baseline) at the next.
+    /// Whether a cgroup was noted since the last read: [`Self::read_new`] reads its baseline.
     added: bool,
     held: usize,
     held_cap: usize,
@@ -87,8 +87,8 @@ impl UsageCounters {
 
     /// Appends to `out` the readings of the counters of every cgroup that counted one of the
     /// processes last noted ([`Self::note_listed`]), when a task may have ended since the last
-    /// read (`may_have_ended`: a fork since, or not known) or a cgroup is new; nothing
-    /// otherwise, and the next reading then covers this snapshot too. Returns whether it read.
+    /// read (`may_have_ended`: a fork since, or not known); nothing otherwise, and the next
+    /// reading then covers this snapshot too. Returns whether it read.
     ///
     /// Called before the processes are read: a process that starts after this read is then
     /// not in the counters yet, and counts fully when it is first listed; one started before
@@ -97,15 +97,12 @@ impl UsageCounters {
     /// (they hold their own processes). A cgroup whose processes were all gone at the last
     /// listing is read this once more (its processes' last moments), then dropped.
     pub fn read(&mut self, may_have_ended: bool, out: &mut Vec<CgroupUsage>) -> bool {
-        if !(may_have_ended || self.added) {
+        if !may_have_ended {
             return false;
         }
         self.added = false;
-        if self.tree_changed {
-            self.find_parents();
-            self.tree_changed = false;
-        }
-        self.read_counters();
+        self.find_parents_if_changed();
+        self.read_counters(false);
         self.take_children_out();
         for (name, t) in &mut self.tracked {
             let Some(now) = t.now else {
@@ -120,6 +117,7 @@ impl UsageCounters {
             });
             out.push(CgroupUsage {
                 cgroup: name.clone(),
+                counted_in: since_last.is_none().then(|| t.parent.clone()).flatten(),
                 since_last,
                 workload: t.workload.clone(),
             });
@@ -132,6 +130,31 @@ impl UsageCounters {
             self.held = self.tracked.values().filter(|t| t.file.is_some()).count();
         }
         true
+    }
+
+    /// Appends to `out` the baselines of the cgroups noted since the last read that have none:
+    /// read right after the listing that first counted a process in them, each naming the read
+    /// cgroup above it whose counter held its time until now ([`CgroupUsage::counted_in`]).
+    /// What that cgroup then credits twice is the new one's time between the listing's read of
+    /// its processes and this read: moments.
+    pub fn read_new(&mut self, out: &mut Vec<CgroupUsage>) {
+        if !std::mem::take(&mut self.added) {
+            return;
+        }
+        self.find_parents_if_changed();
+        self.read_counters(true);
+        for (name, t) in &mut self.tracked {
+            let (None, Some(now)) = (t.last, t.now) else {
+                continue;
+            };
+            out.push(CgroupUsage {
+                cgroup: name.clone(),
+                since_last: None,
+                counted_in: t.parent.clone(),
+                workload: t.workload.clone(),
+            });
+            t.last = Some(now);
+        }
     }
 
     /// Stops reading every cgroup: the next ones noted are read from baselines.
@@ -193,7 +216,13 @@ impl UsageCounters {
         }
     }
 
-    /// Each cgroup's nearest read ancestor.
+    /// Each cgroup's nearest read ancestor, after cgroups came or went.
+    fn find_parents_if_changed(&mut self) {
+        if std::mem::take(&mut self.tree_changed) {
+            self.find_parents();
+        }
+    }
+
     fn find_parents(&mut self) {
         let parents: Vec<(Arc<str>, Option<Arc<str>>)> = self
             .tracked
@@ -207,8 +236,9 @@ impl UsageCounters {
         }
     }
 
-    /// Reads every tracked counter into `now`, and what it moved since `last` into `moved`.
-    fn read_counters(&mut self) {
+    /// Reads every tracked counter (`only_new`: of those without a baseline) into `now`, and
+    /// what it moved since `last` into `moved`.
+    fn read_counters(&mut self, only_new: bool) {
         let UsageCounters {
             counting,
             tracked,
@@ -220,6 +250,9 @@ impl UsageCounters {
             ..
         } = self;
         for (name, t) in tracked.iter_mut() {
+            if only_new && t.last.is_some() {
+                continue;
+            }
             let Some((hierarchy, cgroup)) = CountingHierarchy::split(name) else {
                 t.now = None;
                 continue;

@@ -371,7 +371,7 @@ impl UsageSource for ProcfsSource {
             cpu: node, forks, ..
         } = self.reader.read_node_stat()?;
         let uptime = self.reader.read_uptime()?;
-        let cgroups = self.read_counters(forks);
+        let mut cgroups = self.read_counters(forks);
         self.generation = self.generation.wrapping_add(1);
         // Asked each scan: the HTTP server raises the limit after this source is made.
         self.held_budget = held_stat_budget(self.held_cap);
@@ -389,6 +389,7 @@ impl UsageSource for ProcfsSource {
         self.gone_since_counted |= self.cache.len() < known;
         if let Some(counters) = &mut self.counters {
             counters.note_listed(&processes);
+            counters.read_new(&mut cgroups);
         }
         (self.held, self.held_schedstat) = self.cache.values().fold((0, 0), |(s, r), c| {
             (

@@ -66,20 +66,44 @@ fn process(pid: u32, cgroup: &Arc<str>) -> ProcessUsage {
     }
 }
 
+/// One snapshot, as a source takes it: the counters read, `processes` listed, and the
+/// baselines of the cgroups new to that listing read. Each reading's cgroup and movement (ns).
 fn read(
     c: &mut UsageCounters,
     processes: &[ProcessUsage],
     may_have_ended: bool,
 ) -> Vec<(String, Option<u64>)> {
+    snapshot(c, processes, may_have_ended)
+        .into_iter()
+        .map(|(cgroup, since_last, _)| (cgroup, since_last))
+        .collect()
+}
+
+/// [`read`], with the cgroup each baseline names as counted in.
+fn snapshot(
+    c: &mut UsageCounters,
+    processes: &[ProcessUsage],
+    may_have_ended: bool,
+) -> Vec<(String, Option<u64>, Option<String>)> {
     let mut out = Vec::new();
-    c.note_listed(processes);
     c.read(may_have_ended, &mut out);
+    c.note_listed(processes);
+    c.read_new(&mut out);
     let mut got: Vec<_> = out
         .into_iter()
         .map(
             |CgroupUsage {
-                 cgroup, since_last, ..
-             }| (cgroup.to_string(), since_last.map(|d| d.as_nanos() as u64)),
+                 cgroup,
+                 since_last,
+                 counted_in,
+                 ..
+             }| {
+                (
+                    cgroup.to_string(),
+                    since_last.map(|d| d.as_nanos() as u64),
+                    counted_in.map(|c| c.to_string()),
+                )
+            },
         )
         .collect();
     got.sort();
@@ -93,7 +117,7 @@ fn a_first_reading_is_a_baseline_then_movements_follow() {
     let a: Arc<str> = "cpuacct:/a".into();
     let listed = [process(1, &a), process(2, &a)];
     let mut c = tree.counters();
-    // New: read even when nothing may have ended.
+    // New: read right after the listing, even when nothing may have ended.
     assert_eq!(
         read(&mut c, &listed, false),
         [("cpuacct:/a".to_string(), None)]
@@ -194,7 +218,7 @@ fn a_cgroup_without_processes_is_read_once_more_then_dropped() {
     let mut c = tree.counters();
     read(&mut c, &[process(1, &a), process(2, &b)], true);
     tree.set("cpuacct:/b", "1400");
-    // /b's last process ended: its last moments are read, then it is dropped.
+    // /b's process ended: this listing has none in it.
     assert_eq!(
         read(&mut c, &[process(1, &a)], true),
         [
@@ -202,15 +226,22 @@ fn a_cgroup_without_processes_is_read_once_more_then_dropped() {
             ("cpuacct:/b".to_string(), Some(400))
         ]
     );
-    assert_eq!(c.tracked(), 1);
-    tree.set("cpuacct:/b", "1500");
-    // Listed again: a new baseline.
+    assert_eq!(c.tracked(), 2);
+    // Its last moments (since the read before that listing) are read, then it is dropped.
+    tree.set("cpuacct:/b", "1450");
     assert_eq!(
-        read(&mut c, &[process(1, &a), process(3, &b)], false),
+        read(&mut c, &[process(1, &a)], true),
         [
             ("cpuacct:/a".to_string(), Some(0)),
-            ("cpuacct:/b".to_string(), None)
+            ("cpuacct:/b".to_string(), Some(50))
         ]
+    );
+    assert_eq!(c.tracked(), 1);
+    tree.set("cpuacct:/b", "1500");
+    // Listed again: a new baseline, right after the listing.
+    assert_eq!(
+        read(&mut c, &[process(1, &a), process(3, &b)], false),
+        [("cpuacct:/b".to_string(), None)]
     );
 }
 
@@ -236,8 +267,9 @@ fn gone_and_odd_counters_are_dropped_and_odd_ones_counted() {
     std::fs::remove_dir_all(tree.root().join("cpuacct/gone")).unwrap();
     tree.set("cpuacct:/odd", "12 34 garbage\n");
     tree.set("cpuacct:/ok", "1010");
+    // Their processes went with them.
     assert_eq!(
-        read(&mut c, &listed, true),
+        read(&mut c, &listed[2..], true),
         [("cpuacct:/ok".to_string(), Some(10))]
     );
     assert_eq!(c.unreadable(), 1, "the odd one, not the gone one");
@@ -314,7 +346,8 @@ fn the_workload_of_a_listed_process_goes_with_its_cgroup() {
     let mut c = tree.counters();
     let mut out = Vec::new();
     c.note_listed(&[process(2, &"cpuacct:/none".into()), p]);
-    assert!(c.read(false, &mut out), "new cgroups are read");
+    c.read_new(&mut out);
+    assert_eq!(out.len(), 1, "new cgroups are read, those that exist");
     assert!(
         !c.read(false, &mut out),
         "then only when a task may have ended"
@@ -386,4 +419,43 @@ fn a_cgroup_whose_processes_disagree_belongs_to_the_node() {
     c.note_listed(&[container.clone()]);
     c.read(true, &mut out);
     assert_eq!(out[0].workload, container.info.workload);
+}
+
+#[test]
+fn a_new_cgroup_names_the_read_one_that_counted_it_until_its_baseline() {
+    let tree = Tree::new();
+    tree.set("cpuacct:/", "1000");
+    tree.set("cpuacct:/k/c1", "0");
+    let (root, c1): (Arc<str>, Arc<str>) = ("cpuacct:/".into(), "cpuacct:/k/c1".into());
+    let mut c = tree.counters();
+    assert_eq!(
+        snapshot(&mut c, &[process(1, &root)], true),
+        [("cpuacct:/".to_string(), None, None)]
+    );
+    // A container starts: the root's counter, read before the listing, holds its first 300 ns;
+    // its baseline is read after the listing, when it has used 320.
+    tree.set("cpuacct:/", "1400");
+    tree.set("cpuacct:/k/c1", "320");
+    let listed = [process(1, &root), process(2, &c1)];
+    assert_eq!(
+        snapshot(&mut c, &listed, true),
+        [
+            ("cpuacct:/".to_string(), Some(400), None),
+            (
+                "cpuacct:/k/c1".to_string(),
+                None,
+                Some("cpuacct:/".to_string())
+            ),
+        ]
+    );
+    // From here on the container's movement is taken out of the root's.
+    tree.set("cpuacct:/", "2000");
+    tree.set("cpuacct:/k/c1", "700");
+    assert_eq!(
+        read(&mut c, &listed, true),
+        [
+            ("cpuacct:/".to_string(), Some(220)),
+            ("cpuacct:/k/c1".to_string(), Some(380)),
+        ]
+    );
 }
