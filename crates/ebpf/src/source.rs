@@ -73,14 +73,11 @@ pub struct EbpfSource {
     drains: drain::Drains,
     /// With the task iterator, whether ended processes come exact from `kepler_exit` or are
     /// counted through the cgroups (see [`crate::exits`]), and what that needs: the cgroups'
-    /// usage counters, the fork count at their last read and whether a group went since, the
-    /// groups of the last whole pass and the cgroups that count them (their entries are
+    /// usage counters, the groups of the last whole pass and the cgroups that count them (their entries are
     /// deleted when they go), the node's counts at the last snapshot, and whether a turn to
     /// exact exits completes at this snapshot.
     exit_policy: ExitPolicy,
     cgroup_counters: Option<UsageCounters>,
-    counted_at_forks: Option<u64>,
-    gone_since_counted: bool,
     pass_groups: pass_groups::PassGroups,
     last_counts: Option<((u64, u64), Instant)>,
     turning_exact: bool,
@@ -326,8 +323,6 @@ impl EbpfSource {
             drains: drain::Drains::new(loader::ring_size(settings.exit_buffer_bytes)),
             exit_policy: ExitPolicy::new(settings.exits),
             cgroup_counters: counting.map(UsageCounters::new),
-            counted_at_forks: None,
-            gone_since_counted: false,
             pass_groups: pass_groups::PassGroups::default(),
             last_counts: None,
             turning_exact: false,

@@ -64,6 +64,8 @@ impl CgroupState {
 #[derive(Default)]
 pub(super) struct Remainders {
     pub(super) workloads: Vec<WorkloadIdentity>,
+    /// One remainder's energy per zone, reused.
+    parts: Vec<MicroJoules>,
 }
 
 impl Attributor {
@@ -159,8 +161,10 @@ impl Attributor {
     /// their workloads' groups, as an ended member's would.
     pub(super) fn credit_remainders(&mut self, sums: &mut GroupSums, interval: Duration) {
         let first = self.keys.len();
-        let mut parts = vec![MicroJoules::ZERO; self.zones.len()];
-        for (n, workload) in self.remainders.workloads.iter().enumerate() {
+        let Remainders { workloads, parts } = &mut self.remainders;
+        parts.clear();
+        parts.resize(self.zones.len(), MicroJoules::ZERO);
+        for (n, workload) in workloads.iter().enumerate() {
             let i = first + n;
             parts.iter_mut().for_each(|p| *p = MicroJoules::ZERO);
             for (z, zone_parts) in &self.tick_energy {
@@ -172,7 +176,7 @@ impl Attributor {
                 }
             }
             let cpu = Duration::from_nanos(self.weights.get(i).copied().unwrap_or(0));
-            sums.gather_ended(workload, &parts, cpu);
+            sums.gather_ended(workload, parts, cpu);
         }
     }
 }

@@ -62,19 +62,13 @@ impl EbpfSource {
 
     /// Before a pass on the kernel basis: the counters of the cgroups the last snapshot listed,
     /// when a task may have ended since their last read (see
-    /// [`kepler_sources::cgroups::UsageCounters::read`]).
+    /// [`kepler_sources::cgroups::UsageCounters::read_if_ended`]).
     pub(super) fn read_counters(&mut self, forks: Option<u64>, out: &mut Vec<CgroupUsage>) {
         if self.reconciler.basis() != Basis::Kernel {
             return;
         }
-        let Some(counters) = &mut self.cgroup_counters else {
-            return;
-        };
-        let may_have_ended =
-            forks.is_none() || forks != self.counted_at_forks || self.gone_since_counted;
-        if counters.read(may_have_ended, out) {
-            self.counted_at_forks = forks;
-            self.gone_since_counted = false;
+        if let Some(counters) = &mut self.cgroup_counters {
+            counters.read_if_ended(forks, out);
         }
     }
 
@@ -99,7 +93,9 @@ impl EbpfSource {
         }
         let gone = self.pass_groups.gone(&self.observed.live);
         if !gone.is_empty() {
-            self.gone_since_counted = true;
+            if let Some(counters) = &mut self.cgroup_counters {
+                counters.note_gone();
+            }
             if let Some(map) = self.ebpf.map_mut(names::TASKS) {
                 // A group whose tgid another took since has no entry of its own left here.
                 super::delete_entries(map, &gone, &mut Vec::new());
@@ -174,9 +170,8 @@ impl EbpfSource {
                     .rebase(&self.procfs, &self.observed.live, Basis::Kernel);
                 if let Some(counters) = &mut self.cgroup_counters {
                     counters.read_new(out);
+                    counters.counted_at(stat.forks);
                 }
-                self.counted_at_forks = stat.forks;
-                self.gone_since_counted = false;
                 self.note_turn(Basis::Kernel, rates);
             }
             // The turn completes after the next step, which still reads on the kernel basis

@@ -94,18 +94,9 @@ impl PassGroups {
 
     /// The cgroups that count the groups, each once, with the workload its path names.
     pub(super) fn cgroups(&self) -> impl Iterator<Item = (&Arc<str>, &WorkloadIdentity)> {
-        let mut counting = vec![false; self.names.len()];
-        for g in &self.groups {
-            if let Some(c) = usize::try_from(g.cgroup)
-                .ok()
-                .and_then(|i| counting.get_mut(i))
-            {
-                *c = true;
-            }
-        }
         self.names
             .iter()
-            .zip(counting)
+            .zip(self.names_in_use())
             .filter(|(_, counting)| *counting)
             .map(|(named, _)| (&named.name, &named.workload))
     }
@@ -140,14 +131,20 @@ impl PassGroups {
         i
     }
 
-    /// Drops the names no group uses any more, once they are most of the table.
-    fn compact(&mut self) {
+    /// Per name, whether a group of the last pass is counted in it.
+    fn names_in_use(&self) -> Vec<bool> {
         let mut used = vec![false; self.names.len()];
         for g in &self.groups {
             if let Some(u) = usize::try_from(g.cgroup).ok().and_then(|i| used.get_mut(i)) {
                 *u = true;
             }
         }
+        used
+    }
+
+    /// Drops the names no group uses any more, once they are most of the table.
+    fn compact(&mut self) {
+        let used = self.names_in_use();
         let in_use = used.iter().filter(|u| **u).count();
         if self.names.len() <= 2 * in_use + 64 {
             return;

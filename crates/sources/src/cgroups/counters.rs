@@ -47,10 +47,16 @@ pub struct UsageCounters {
     tree_changed: bool,
     /// Whether a cgroup was noted since the last read: [`Self::read_new`] reads its baseline.
     added: bool,
+    /// The node's fork count at the last read, and whether a listed process went since: while
+    /// neither changes no task can have ended (see [`Self::read_if_ended`]).
+    read_at_forks: Option<u64>,
+    gone_since_read: bool,
     held: usize,
     held_cap: usize,
     path: PathBuf,
     buf: Buffer,
+    /// Each read child's movement and its parent, reused by each read.
+    moves: Vec<(Arc<str>, i128)>,
     /// Reads that failed for another reason than the cgroup being gone, since the start.
     unreadable: u64,
 }
@@ -66,10 +72,13 @@ impl UsageCounters {
             tracked: FastMap::default(),
             tree_changed: false,
             added: false,
+            read_at_forks: None,
+            gone_since_read: false,
             held: 0,
             held_cap,
             path: PathBuf::new(),
             buf: Buffer::new(),
+            moves: Vec::new(),
             unreadable: 0,
         }
     }
@@ -87,8 +96,8 @@ impl UsageCounters {
 
     /// Appends to `out` the readings of the counters of every cgroup that counted one of the
     /// processes last noted ([`Self::note_listed`]), when a task may have ended since the last
-    /// read (`may_have_ended`: a fork since, or not known); nothing otherwise, and the next
-    /// reading then covers this snapshot too. Returns whether it read.
+    /// read: the node's fork count `forks` moved (`None`: not known), or a listed process went
+    /// ([`Self::note_gone`]). Otherwise nothing: the next reading then covers this snapshot too.
     ///
     /// Called before the processes are read: a process that starts after this read is then
     /// not in the counters yet, and counts fully when it is first listed; one started before
@@ -96,7 +105,27 @@ impl UsageCounters {
     /// what the counter moved since its last, less what its read children's counters moved
     /// (they hold their own processes). A cgroup whose processes were all gone at the last
     /// listing is read this once more (its processes' last moments), then dropped.
-    pub fn read(&mut self, may_have_ended: bool, out: &mut Vec<CgroupUsage>) -> bool {
+    pub fn read_if_ended(&mut self, forks: Option<u64>, out: &mut Vec<CgroupUsage>) {
+        let may_have_ended = forks.is_none() || forks != self.read_at_forks || self.gone_since_read;
+        if self.read(may_have_ended, out) {
+            self.counted_at(forks);
+        }
+    }
+
+    /// Notes that a listed process went: the next [`Self::read_if_ended`] reads.
+    pub fn note_gone(&mut self) {
+        self.gone_since_read = true;
+    }
+
+    /// Notes that every counter read has just been read at fork count `forks` (baselines taken
+    /// by [`Self::read_new`] when a source starts counting).
+    pub fn counted_at(&mut self, forks: Option<u64>) {
+        self.read_at_forks = forks;
+        self.gone_since_read = false;
+    }
+
+    /// [`Self::read_if_ended`] with whether a task may have ended given; true when it read.
+    fn read(&mut self, may_have_ended: bool, out: &mut Vec<CgroupUsage>) -> bool {
         if !may_have_ended {
             return false;
         }
@@ -163,6 +192,8 @@ impl UsageCounters {
         self.held = 0;
         self.added = false;
         self.tree_changed = false;
+        self.read_at_forks = None;
+        self.gone_since_read = false;
     }
 
     /// Notes the cgroups that count this snapshot's processes, for the next [`Self::read`].
@@ -305,16 +336,19 @@ impl UsageCounters {
 
     /// Takes each read cgroup's movement out of its nearest read ancestor's.
     fn take_children_out(&mut self) {
-        let moves: Vec<(Arc<str>, i128)> = self
-            .tracked
-            .values()
-            .filter_map(|t| Some((t.parent.clone()?, t.moved?)))
-            .collect();
-        for (parent, moved) in moves {
+        let mut moves = std::mem::take(&mut self.moves);
+        moves.clear();
+        moves.extend(
+            self.tracked
+                .values()
+                .filter_map(|t| Some((t.parent.clone()?, t.moved?))),
+        );
+        for (parent, moved) in moves.drain(..) {
             if let Some(p) = self.tracked.get_mut(&parent) {
                 p.moved = p.moved.map(|m| m - moved);
             }
         }
+        self.moves = moves;
     }
 }
 

@@ -30,8 +30,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use kepler_core::{
-    CgroupUsage, Classifier, ProcessInfo, ProcessKey, ProcessUsage, ReadError, Unavailable,
-    UsageSnapshot, UsageSource,
+    Classifier, ProcessInfo, ProcessKey, ProcessUsage, ReadError, Unavailable, UsageSnapshot,
+    UsageSource,
 };
 
 use crate::cgroups::{Counting, UsageCounters};
@@ -130,9 +130,6 @@ pub struct ProcfsSource {
     /// ended between two scans, and of the last moments of those that ended, reaches their
     /// cgroup's workload through them.
     counters: Option<UsageCounters>,
-    /// The fork count at the counters' last read, and whether a process went since.
-    counted_at_forks: Option<u64>,
-    gone_since_counted: bool,
 }
 
 impl ProcfsSource {
@@ -158,8 +155,6 @@ impl ProcfsSource {
             all_stat_at: None,
             reads: ScanReads::default(),
             counters: None,
-            counted_at_forks: None,
-            gone_since_counted: false,
         };
         let reader = &mut source.reader;
         reader
@@ -371,7 +366,11 @@ impl UsageSource for ProcfsSource {
             cpu: node, forks, ..
         } = self.reader.read_node_stat()?;
         let uptime = self.reader.read_uptime()?;
-        let mut cgroups = self.read_counters(forks);
+        // Read before the scan: a process that starts after it is not in the counters yet.
+        let mut cgroups = Vec::new();
+        if let Some(counters) = &mut self.counters {
+            counters.read_if_ended(forks, &mut cgroups);
+        }
         self.generation = self.generation.wrapping_add(1);
         // Asked each scan: the HTTP server raises the limit after this source is made.
         self.held_budget = held_stat_budget(self.held_cap);
@@ -386,8 +385,10 @@ impl UsageSource for ProcfsSource {
         let generation = self.generation;
         let known = self.cache.len();
         self.cache.retain(|_, c| c.generation == generation);
-        self.gone_since_counted |= self.cache.len() < known;
         if let Some(counters) = &mut self.counters {
+            if self.cache.len() < known {
+                counters.note_gone();
+            }
             counters.note_listed(&processes);
             counters.read_new(&mut cgroups);
         }
@@ -408,22 +409,6 @@ impl UsageSource for ProcfsSource {
 }
 
 impl ProcfsSource {
-    /// The cgroup counters, read before the scan (see [`UsageCounters::read`]) when a task may
-    /// have ended since their last read: the fork count moved, a process went, or the count is
-    /// not known.
-    fn read_counters(&mut self, forks: Option<u64>) -> Vec<CgroupUsage> {
-        let mut cgroups = Vec::new();
-        if let Some(counters) = &mut self.counters {
-            let may_have_ended =
-                forks.is_none() || forks != self.counted_at_forks || self.gone_since_counted;
-            if counters.read(may_have_ended, &mut cgroups) {
-                self.counted_at_forks = forks;
-                self.gone_since_counted = false;
-            }
-        }
-        cgroups
-    }
-
     /// How this scan may read processes, from the node's fork count (`None`: unknown) and the
     /// uptime before it.
     fn scan_reads(&mut self, forks: Option<u64>, uptime: Duration) -> ScanReads {

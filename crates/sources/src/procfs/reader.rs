@@ -127,17 +127,13 @@ impl ProcfsReader {
     /// The cgroup that counts process `pid` (see [`Self::name_usage_cgroups`]): `Ok(None)`
     /// when no cgroup is named, the source names none, or the process is gone.
     pub fn usage_cgroup(&mut self, pid: u32) -> Result<Option<Arc<str>>, Uncounted> {
-        let Some(names) = self.usage_names.as_mut() else {
+        if self.usage_names.is_none() {
             return Ok(None);
-        };
-        let pid_name = pid.to_string();
-        self.path.clear();
-        self.path.push(&self.root);
-        self.path.push(&pid_name);
-        self.path.push("cgroup");
-        match self.buf.read_all(&self.path) {
-            Ok(content) => names.of(&String::from_utf8_lossy(content)),
-            Err(_) => Ok(None),
+        }
+        self.set_path(OsStr::new(&pid.to_string()), "cgroup");
+        match (self.buf.read_all(&self.path), self.usage_names.as_mut()) {
+            (Ok(content), Some(names)) => names.of(&String::from_utf8_lossy(content)),
+            _ => Ok(None),
         }
     }
 

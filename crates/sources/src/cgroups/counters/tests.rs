@@ -66,6 +66,15 @@ fn process(pid: u32, cgroup: &Arc<str>) -> ProcessUsage {
     }
 }
 
+/// One process counted in each cgroup of `names`, pids from 1.
+fn listing(names: &[&str]) -> Vec<ProcessUsage> {
+    names
+        .iter()
+        .enumerate()
+        .map(|(i, n)| process(i as u32 + 1, &Arc::from(*n)))
+        .collect()
+}
+
 /// One snapshot, as a source takes it: the counters read, `processes` listed, and the
 /// baselines of the cgroups new to that listing read. Each reading's cgroup and movement (ns).
 fn read(
@@ -144,15 +153,7 @@ fn read_children_are_taken_out_of_their_ancestors() {
     ] {
         tree.set(cg, ns);
     }
-    let names: Vec<Arc<str>> = ["cpuacct:/", "cpuacct:/k", "cpuacct:/k/p/c1"]
-        .iter()
-        .map(|n| Arc::from(*n))
-        .collect();
-    let listed: Vec<_> = names
-        .iter()
-        .enumerate()
-        .map(|(i, n)| process(i as u32 + 1, n))
-        .collect();
+    let listed = listing(&["cpuacct:/", "cpuacct:/k", "cpuacct:/k/p/c1"]);
     let mut c = tree.counters();
     read(&mut c, &listed, true);
     // Root +1000 (of which /k +300, of which /k/p/c1 +100; /other, not read, +20).
@@ -179,12 +180,7 @@ fn a_child_read_after_its_parent_moved_more_is_paid_back_later() {
     let tree = Tree::new();
     tree.set("cpuacct:/", "100");
     tree.set("cpuacct:/a", "10");
-    let names: Vec<Arc<str>> = vec!["cpuacct:/".into(), "cpuacct:/a".into()];
-    let listed: Vec<_> = names
-        .iter()
-        .enumerate()
-        .map(|(i, n)| process(i as u32 + 1, n))
-        .collect();
+    let listed = listing(&["cpuacct:/", "cpuacct:/a"]);
     let mut c = tree.counters();
     read(&mut c, &listed, true);
     // The child's counter ran on between the two reads: it moved more than its parent did.
@@ -251,15 +247,7 @@ fn gone_and_odd_counters_are_dropped_and_odd_ones_counted() {
     tree.set("cpuacct:/gone", "1000");
     tree.set("cpuacct:/odd", "1000");
     tree.set("cpuacct:/ok", "1000");
-    let names: Vec<Arc<str>> = ["cpuacct:/gone", "cpuacct:/odd", "cpuacct:/ok"]
-        .iter()
-        .map(|n| Arc::from(*n))
-        .collect();
-    let listed: Vec<_> = names
-        .iter()
-        .enumerate()
-        .map(|(i, n)| process(i as u32 + 1, n))
-        .collect();
+    let listed = listing(&["cpuacct:/gone", "cpuacct:/odd", "cpuacct:/ok"]);
     let mut c = tree.counters();
     // By path, as beyond the held files: a removed cgroup's counter is then gone.
     c.held_cap = 0;
@@ -367,15 +355,7 @@ fn cgroup2_cgroups_are_taken_out_of_the_node_and_their_own_ancestors() {
     ] {
         tree.set(cg, v);
     }
-    let names: Vec<Arc<str>> = ["cpuacct:/", "unified:/bench", "unified:/bench/a"]
-        .iter()
-        .map(|n| Arc::from(*n))
-        .collect();
-    let listed: Vec<_> = names
-        .iter()
-        .enumerate()
-        .map(|(i, n)| process(i as u32 + 1, n))
-        .collect();
+    let listed = listing(&["cpuacct:/", "unified:/bench", "unified:/bench/a"]);
     let mut c = tree.counters();
     read(&mut c, &listed, true);
     // The node +5 ms, of which /bench +2 ms, of which /bench/a +0.5 ms.
@@ -458,4 +438,28 @@ fn a_new_cgroup_names_the_read_one_that_counted_it_until_its_baseline() {
             ("cpuacct:/k/c1".to_string(), Some(380)),
         ]
     );
+}
+
+#[test]
+fn counters_are_read_again_only_when_a_task_may_have_ended() {
+    let tree = Tree::new();
+    tree.set("cpuacct:/a", "100");
+    let a: Arc<str> = "cpuacct:/a".into();
+    let mut c = tree.counters();
+    let mut out = Vec::new();
+    c.note_listed(&[process(1, &a)]);
+    c.read_new(&mut out);
+    c.counted_at(Some(7));
+    let reads = |c: &mut UsageCounters, forks| {
+        let mut out = Vec::new();
+        c.read_if_ended(forks, &mut out);
+        out.len()
+    };
+    assert_eq!(reads(&mut c, Some(7)), 0, "no fork since the baselines");
+    c.note_gone();
+    assert_eq!(reads(&mut c, Some(7)), 1, "a listed process went");
+    assert_eq!(reads(&mut c, Some(7)), 0);
+    assert_eq!(reads(&mut c, Some(8)), 1, "a task was created");
+    assert_eq!(reads(&mut c, None), 1, "not known");
+    assert_eq!(reads(&mut c, None), 1);
 }
