@@ -3,6 +3,9 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+mod common;
+
+use common::*;
 use kepler_core::*;
 use proptest::prelude::*;
 
@@ -57,18 +60,6 @@ fn usage(uptime_s: u64, busy: u64, procs: Vec<(u32, u64, u64, Arc<ProcessInfo>)>
             })
             .collect(),
         cgroups: Vec::new(),
-    }
-}
-
-fn zone(name: &str, uj: u64) -> ZoneEnergy {
-    ZoneEnergy {
-        zone: name.into(),
-        path: format!("/{name}").into(),
-        energy: MicroJoules(uj),
-        meta: Arc::new(ZoneMeta::measured("test")),
-        weights: ZoneWeights::CpuTime,
-        idle: None,
-        device: None,
     }
 }
 

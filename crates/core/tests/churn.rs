@@ -12,6 +12,9 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use std::time::Duration;
 
+mod common;
+
+use common::*;
 use kepler_core::*;
 use proptest::prelude::*;
 
@@ -50,37 +53,6 @@ fn identities() -> Vec<Arc<ProcessInfo>> {
         info(ProcessType::Vm, None, vm("vm1")),
         info(ProcessType::Regular, None, None),
     ]
-}
-
-fn zone(name: &str, uj: u64) -> ZoneEnergy {
-    ZoneEnergy {
-        zone: name.into(),
-        path: format!("/{name}").into(),
-        energy: MicroJoules(uj),
-        meta: Arc::new(ZoneMeta::measured("test")),
-        weights: ZoneWeights::CpuTime,
-        idle: None,
-        device: None,
-    }
-}
-
-fn listing(
-    pid: u32,
-    start_s: u64,
-    cpu: Duration,
-    info: &Arc<ProcessInfo>,
-    exited: bool,
-) -> ProcessUsage {
-    ProcessUsage {
-        key: ProcessKey {
-            pid,
-            start_time: Duration::from_secs(start_s),
-        },
-        cpu_time: cpu,
-        info: info.clone(),
-        exited,
-        counters: None,
-    }
 }
 
 /// One tick of churn: what each long runner does, the short-lived processes born and ended

@@ -6,6 +6,9 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+mod common;
+
+use common::*;
 use kepler_core::*;
 use proptest::prelude::*;
 
@@ -39,18 +42,6 @@ fn usage(uptime_s: u64, procs: &[(u32, u64, bool)]) -> UsageSnapshot {
     }
 }
 
-fn zone(uj: u64) -> ZoneEnergy {
-    ZoneEnergy {
-        zone: "package".into(),
-        path: "/package".into(),
-        energy: MicroJoules(uj),
-        meta: Arc::new(ZoneMeta::measured("test")),
-        weights: ZoneWeights::CpuTime,
-        idle: None,
-        device: None,
-    }
-}
-
 proptest! {
     #[test]
     fn ended_processes_obey_the_cap_and_energy_is_conserved(
@@ -67,7 +58,7 @@ proptest! {
         });
         let mut uptime = 100;
         let mut next_pid = 1000u32;
-        a.tick(Tick { usage: &usage(uptime, &[(1, 10, false)]), energy: Some(&[zone(0)]), interval: Duration::from_secs(1) });
+        a.tick(Tick { usage: &usage(uptime, &[(1, 10, false)]), energy: Some(&[zone("package", 0)]), interval: Duration::from_secs(1) });
         let mut previous_unattributed = 0u64;
         let mut previous_hidden = 0u64;
         let mut previous_active = 0u64;
@@ -79,7 +70,7 @@ proptest! {
                 procs.push((next_pid + n, 10 + u64::from(n % 7) * 10, true));
             }
             next_pid += burst;
-            let s = a.tick(Tick { usage: &usage(uptime, &procs), energy: Some(&[zone(uj)]), interval: Duration::from_secs(1) });
+            let s = a.tick(Tick { usage: &usage(uptime, &procs), energy: Some(&[zone("package", uj)]), interval: Duration::from_secs(1) });
             let ended = s.processes.iter().filter(|p| p.state == WorkloadState::Terminated).count();
             prop_assert!(ended <= max, "{} ended processes exported, cap {}", ended, max);
             // The cap keeps the most energetic, so it is filled whenever there are enough.

@@ -16,6 +16,9 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
+mod common;
+
+use common::*;
 use kepler_core::*;
 use proptest::prelude::*;
 
@@ -66,25 +69,6 @@ fn identities() -> Vec<Arc<ProcessInfo>> {
     ]
 }
 
-fn listing(
-    pid: u32,
-    start_s: u64,
-    cpu: Duration,
-    info: &Arc<ProcessInfo>,
-    exited: bool,
-) -> ProcessUsage {
-    ProcessUsage {
-        key: ProcessKey {
-            pid,
-            start_time: Duration::from_secs(start_s),
-        },
-        cpu_time: cpu,
-        info: info.clone(),
-        exited,
-        counters: None,
-    }
-}
-
 #[derive(Clone, Debug)]
 struct Step {
     /// Per runner: CPU ms it uses, whether it ends now, and how far its reading falls short.
@@ -112,18 +96,6 @@ fn step() -> impl Strategy<Value = Step> {
             read,
             package_uj,
         })
-}
-
-fn zone(uj: u64) -> Vec<ZoneEnergy> {
-    vec![ZoneEnergy {
-        zone: "package".into(),
-        path: "/package".into(),
-        energy: MicroJoules(uj),
-        meta: Arc::new(ZoneMeta::measured("test")),
-        weights: ZoneWeights::CpuTime,
-        idle: None,
-        device: None,
-    }]
 }
 
 /// Container and VM CPU time and energy, by group.
@@ -272,7 +244,7 @@ fn run(steps: Vec<Step>, lagging: bool, read_always: bool) -> Result<(), TestCas
             st.read = vec![true; CGROUPS];
         }
         let (exact, seen) = node.advance(&st, n == 0);
-        let energy = zone(st.package_uj);
+        let energy = vec![zone("package", st.package_uj)];
         let tick = |attributor: &mut Attributor, usage: &UsageSnapshot| {
             attributor.tick(Tick {
                 usage,
@@ -399,7 +371,7 @@ fn a_first_reading_is_a_baseline() {
             workload: info.workload.clone(),
         }],
     };
-    let energy = zone(10_000_000);
+    let energy = vec![zone("package", 10_000_000)];
     let mut tick = |u: &UsageSnapshot| {
         a.tick(Tick {
             usage: u,
@@ -466,7 +438,7 @@ fn a_new_cgroup_under_a_read_one_is_not_counted_twice() {
     };
     let ms = Duration::from_millis;
     let mut a = Attributor::new(AttributionConfig::default());
-    let energy = zone(10_000_000);
+    let energy = vec![zone("package", 10_000_000)];
     let mut tick = |u: &UsageSnapshot| {
         a.tick(Tick {
             usage: u,

@@ -6,9 +6,9 @@
 use std::collections::HashMap;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 pub(crate) use kepler_sources::cgroups::{cgroup2_mount, cgroup_v1_mount};
-use std::sync::Arc;
 
 /// Deeper trees than this are not walked (Kubernetes uses about 5 levels).
 const MAX_DEPTH: usize = 32;

@@ -847,8 +847,8 @@ fn counted_exits_reach_their_container() {
     assert!(stats
         .exits_counted
         .load(std::sync::atomic::Ordering::Relaxed));
-    // The first snapshot lists the resident process, the second reads its cgroup's counter
-    // (a baseline).
+    // The first snapshot lists the resident process and reads its cgroup's counter (a
+    // baseline).
     let mut snaps = vec![src.snapshot().unwrap(), src.snapshot().unwrap()];
     let u0 = cg.usage();
     snaps.extend(run_burst(&mut src, &cg, N, Duration::from_millis(3)));

@@ -102,34 +102,43 @@ fn container_cpu(s: &PowerSnapshot, id: &str) -> Duration {
         .map_or(Duration::ZERO, |c| c.cpu_time)
 }
 
-#[test]
-fn processes_no_scan_sees_are_credited_to_their_cgroup() {
+/// A churning cgroup named after the test, where the host lets one be made (root, cgroup2).
+fn churn_cgroup(test: &str) -> Option<ChurnCgroup> {
     // SAFETY: geteuid has no preconditions and cannot fail.
     if unsafe { libc::geteuid() } != 0 {
-        kepler_testkit::tools::skip(
-            "SKIP processes_no_scan_sees_are_credited_to_their_cgroup: needs root",
-        );
-        return;
+        kepler_testkit::tools::skip(&format!("SKIP {test}: needs root"));
+        return None;
     }
-    let name = format!("kepler-procfs-remainders-{}", std::process::id());
-    let Some(mut cgroup) = ChurnCgroup::create(&name) else {
-        kepler_testkit::tools::skip("SKIP: no cgroup2 cgroup could be made");
-        return;
-    };
-    let id = "remainders".to_string();
-    let classifier = Arc::new(Containers::default().with(&cgroup.path, &id));
+    let cgroup = ChurnCgroup::create(&format!("kepler-{test}-{}", std::process::id()));
+    if cgroup.is_none() {
+        kepler_testkit::tools::skip(&format!("SKIP {test}: no cgroup2 cgroup could be made"));
+    }
+    cgroup
+}
+
+/// The procfs source and an attributor: each call takes a snapshot and attributes it.
+fn ticker(classifier: Arc<dyn Classifier>) -> impl FnMut() -> PowerSnapshot {
     let mut source = ProcfsSource::new("/proc".into(), classifier).unwrap();
     let mut attributor = Attributor::new(AttributionConfig::default());
-    let mut tick = || {
+    move || {
         let usage = source.snapshot().unwrap();
         attributor.tick(Tick {
             usage: &usage,
             energy: None,
             interval: Duration::from_secs(1),
         })
+    }
+}
+
+#[test]
+fn processes_no_scan_sees_are_credited_to_their_cgroup() {
+    let Some(mut cgroup) = churn_cgroup("procfs-remainders") else {
+        return;
     };
-    // The first snapshot lists the spawner; the second reads its cgroup's counter first (a
-    // baseline), while the spawner waits.
+    let id = "remainders".to_string();
+    let mut tick = ticker(Arc::new(Containers::default().with(&cgroup.path, &id)));
+    // The first snapshot lists the spawner and reads its cgroup's counter (a baseline); the
+    // spawner waits through the second.
     tick();
     tick();
     let before = cgroup.usage();
@@ -160,33 +169,14 @@ fn processes_no_scan_sees_are_credited_to_their_cgroup() {
 /// container's own baseline, and neither workload is credited it twice.
 #[test]
 fn a_cgroup_made_under_a_read_one_is_counted_once() {
-    // SAFETY: geteuid has no preconditions and cannot fail.
-    if unsafe { libc::geteuid() } != 0 {
-        kepler_testkit::tools::skip(
-            "SKIP a_cgroup_made_under_a_read_one_is_counted_once: needs root",
-        );
-        return;
-    }
-    let name = format!("kepler-procfs-nested-{}", std::process::id());
-    let Some(mut cgroup) = ChurnCgroup::create(&name) else {
-        kepler_testkit::tools::skip("SKIP: no cgroup2 cgroup could be made");
+    let Some(mut cgroup) = churn_cgroup("procfs-nested") else {
         return;
     };
-    let classifier = Arc::new(
+    let mut tick = ticker(Arc::new(
         Containers::default()
             .with(&cgroup.path, "outer")
             .with(&format!("{}/inner", cgroup.path), "inner"),
-    );
-    let mut source = ProcfsSource::new("/proc".into(), classifier).unwrap();
-    let mut attributor = Attributor::new(AttributionConfig::default());
-    let mut tick = || {
-        let usage = source.snapshot().unwrap();
-        attributor.tick(Tick {
-            usage: &usage,
-            energy: None,
-            interval: Duration::from_secs(1),
-        })
-    };
+    ));
     tick();
     tick();
     let before = cgroup.usage();

@@ -2,8 +2,8 @@
 //! case counts of the fuzz targets ([`fuzz`]), the check for external tools that skips a test
 //! locally and fails it in CI ([`tools`]), a real Prometheus scraping local ports
 //! ([`prometheus`]), a real CUDA compute process ([`cuda`]), CPU time burnt to measure
-//! ([`cpu`]) and short-lived processes churning in a cgroup of their own ([`churn`]). Used only as a
-//! `[dev-dependencies]` entry; never published.
+//! ([`cpu`]) and short-lived processes churning in a cgroup of their own ([`churn`]). Used
+//! only as a `[dev-dependencies]` entry; never published.
 
 // No unwrap or expect; set per crate root, see [workspace.lints] in Cargo.toml. Setup failures
 // here panic with a message instead, as a test's own helpers would.

@@ -1,6 +1,6 @@
 //! A group's totals as user space keeps them from one snapshot to the next: exits waiting for
 //! a snapshot, ended groups held for late pieces. Under churn both hold thousands (every exit
-//! of an interval, and of the last snapshot), and the whole 120 bytes `TaskTotals` then had each were
+//! of an interval, and of the last snapshot), and the whole of each `TaskTotals` (136 bytes) is
 //! mostly zeros: the event counts are there only where a probe counted any.
 
 use crate::abi::TaskTotals;
@@ -20,7 +20,8 @@ pub(super) enum Kept {
 
 impl Kept {
     /// Keeps what [`Kept::totals`] gives back: all but the task iterator's working fields
-    /// (`pass`, `slot`, the ended threads' part), which no exit is read for.
+    /// (`pass`, `slot`, the ended threads' part, the kernel-basis reading), which no exit is
+    /// read for.
     pub(super) fn new(t: &TaskTotals) -> Self {
         let counts = [
             t.page_cache_hits,
