@@ -276,12 +276,12 @@ impl EbpfSource {
             .as_ref()
             .and_then(exits::counts)
             .map(|c| (c, Instant::now()));
-        let counting = Counting::detect(procfs.root());
+        let mountinfo =
+            std::fs::read_to_string(procfs.root().join("self/mountinfo")).unwrap_or_default();
+        let counting = Counting::from_mountinfo(&mountinfo);
         if let Some(counting) = &counting {
             procfs.name_usage_cgroups(counting);
         }
-        let mountinfo =
-            std::fs::read_to_string(procfs.root().join("self/mountinfo")).unwrap_or_default();
         let cgroup_root = settings
             .cgroup2_root
             .clone()
