@@ -12,16 +12,30 @@
 # sampler thread (snapshots and attribution) and the others (HTTP: encoding and sending). The
 # scraper is one Python process that starts none: a fork would make the procfs source list
 # /proc again. CONFIG=FILE passes --config.file FILE to both (`ebpf: {enabled: false}` for the
-# procfs source).
+# procfs source). LOAD_CGROUP=1 runs the load in a cgroup2 cgroup of its own, as a container's
+# processes would run (the default: this script's cgroup).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 a=$1 b=$2 kind=${3:-churn} n=${4:-1000} interval=${5:-5s} rounds=${6:-3}
 . bench/lib.sh
 fake_powercap "$tmp" >/dev/null
-setsid python3 bench/overhead/load.py "$kind" "$n" >/dev/null &
+load_cgroup=
+if [ -n "${LOAD_CGROUP:-}" ]; then
+  cg2=$(awk '$3 == "cgroup2" {print $2; exit}' /proc/mounts)
+  load_cgroup=$cg2/kepler-bench-load-$$
+  mkdir "$load_cgroup"
+fi
+LOAD_CGROUP=$load_cgroup setsid python3 bench/overhead/load.py "$kind" "$n" >/dev/null &
 load=$!
 # The load runs in a session of its own: end it and every child it started.
-trap 'kill -TERM -- -"$load" 2>/dev/null || true; bench_cleanup' EXIT
+end_load() {
+  kill -TERM -- -"$load" 2>/dev/null || true
+  if [ -n "$load_cgroup" ]; then
+    echo 1 > "$load_cgroup/cgroup.kill" 2>/dev/null || true
+    for _ in $(seq 50); do rmdir "$load_cgroup" 2>/dev/null && break; sleep 0.2; done
+  fi
+}
+trap 'end_load; bench_cleanup' EXIT
 sleep 3
 # CPU time in ns summed over the agent's threads (schedstat; utime+stime count 10 ms ticks,
 # too coarse for 0.05 % of a core over 25 s). The agent's threads live as long as it does.

@@ -5,6 +5,10 @@
     load.py wakers N      N processes that wake once a second (a perl select loop)
     load.py churn RATE    RATE short-lived processes (`true`) per second
 
+With LOAD_CGROUP=DIR in the environment it first moves itself into the cgroup2 cgroup DIR, so
+that the load runs in a cgroup of its own as a container's processes would (the default: the
+caller's cgroup, the root on the development VM).
+
 The caller starts it in a session of its own and ends it and every child with one killpg.
 It prints "ready" once the load is in place; on SIGTERM, churn prints the number of
 processes it started and the seconds it ran, as "spawned COUNT SECONDS".
@@ -70,10 +74,18 @@ def churn(rate):
     print(f"spawned {spawned} {elapsed:.3f}", flush=True)
 
 
+def join_cgroup():
+    cgroup = os.environ.get("LOAD_CGROUP")
+    if cgroup:
+        with open(os.path.join(cgroup, "cgroup.procs"), "w") as procs:
+            procs.write(str(os.getpid()))
+
+
 def main():
     if len(sys.argv) != 3 or sys.argv[1] not in ("sleepers", "wakers", "churn"):
         sys.exit(__doc__)
     kind, n = sys.argv[1], int(sys.argv[2])
+    join_cgroup()
     if kind == "sleepers":
         hold(n, SLEEP_ARGV)
     elif kind == "wakers":

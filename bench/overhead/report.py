@@ -14,6 +14,8 @@ LABELS = {
     "wake1k": "+1,000 processes waking every second",
     "churn100": "churn 100 spawns/s",
     "churn1k": "churn 1,000 spawns/s",
+    "sleep1k-cg": "+1,000 sleeping processes in a cgroup of their own",
+    "sleep10k-cg": "+10,000 sleeping processes in a cgroup of their own",
 }
 ORDER = list(LABELS)
 INTERVALS = ["5s", "1s"]

@@ -1,5 +1,6 @@
 //! The usage counters of the cgroups that count the listed processes, read together once per
-//! snapshot in which a task may have ended.
+//! snapshot in which a task may have ended, and checked before each listing for the cgroups in
+//! which nothing ran ([`UsageCounters::check_quiet`]).
 
 use std::fs::File;
 use std::path::PathBuf;
@@ -16,6 +17,10 @@ use crate::procfs::read::Buffer;
 /// beyond, a cgroup's counter is read by path (an open and a close more).
 const MAX_HELD: usize = 256;
 
+/// The fewest processes of the last listing a cgroup must count for its counter to be read
+/// only to learn whether it is quiet: the read costs about what reading one process costs.
+const QUIET_CHECK_MIN_PROCESSES: u32 = 4;
+
 /// One cgroup whose counter is read.
 #[derive(Debug, Default)]
 struct Tracked {
@@ -31,8 +36,15 @@ struct Tracked {
     /// The nearest cgroup above it that is read too: its counter holds this one's.
     parent: Option<Arc<str>>,
     workload: WorkloadIdentity,
-    /// Whether a process of this snapshot is counted in it.
-    listed: bool,
+    /// How many processes of this snapshot are counted in it.
+    listed: u32,
+    /// Whether `now` was read by this snapshot's [`UsageCounters::read_if_ended`], before its
+    /// processes: a quiet check needs no read of its own then.
+    fresh: bool,
+    /// The counter at the quiet check of the snapshot before, and whether it has not moved
+    /// since (see [`UsageCounters::check_quiet`]).
+    checked: Option<u64>,
+    quiet: bool,
 }
 
 /// The counters of the cgroups that count a source's listed processes (see
@@ -41,7 +53,6 @@ struct Tracked {
 /// task may have ended, and once more after its last process went (its last moments).
 #[derive(Debug)]
 pub struct UsageCounters {
-    counting: Counting,
     tracked: FastMap<Arc<str>, Tracked>,
     /// Whether a cgroup came or went since the parents were worked out.
     tree_changed: bool,
@@ -51,12 +62,19 @@ pub struct UsageCounters {
     /// neither changes no task can have ended (see [`Self::read_if_ended`]).
     read_at_forks: Option<u64>,
     gone_since_read: bool,
+    reader: CounterReader,
+    /// Each read child's movement and its parent, reused by each read.
+    moves: Vec<(Arc<str>, i128)>,
+}
+
+/// Reads counter files, holding the first ones open.
+#[derive(Debug)]
+struct CounterReader {
+    counting: Counting,
     held: usize,
     held_cap: usize,
     path: PathBuf,
     buf: Buffer,
-    /// Each read child's movement and its parent, reused by each read.
-    moves: Vec<(Arc<str>, i128)>,
     /// Reads that failed for another reason than the cgroup being gone, since the start.
     unreadable: u64,
 }
@@ -68,18 +86,20 @@ impl UsageCounters {
             .unwrap_or(0)
             .min(MAX_HELD);
         UsageCounters {
-            counting,
             tracked: FastMap::default(),
             tree_changed: false,
             added: false,
             read_at_forks: None,
             gone_since_read: false,
-            held: 0,
-            held_cap,
-            path: PathBuf::new(),
-            buf: Buffer::new(),
+            reader: CounterReader {
+                counting,
+                held: 0,
+                held_cap,
+                path: PathBuf::new(),
+                buf: Buffer::new(),
+                unreadable: 0,
+            },
             moves: Vec::new(),
-            unreadable: 0,
         }
     }
 
@@ -91,7 +111,7 @@ impl UsageCounters {
     /// Counter reads that failed other than because the cgroup was gone (malformed content,
     /// no permission), since the start.
     pub fn unreadable(&self) -> u64 {
-        self.unreadable
+        self.reader.unreadable
     }
 
     /// Appends to `out` the readings of the counters of every cgroup that counted one of the
@@ -153,10 +173,10 @@ impl UsageCounters {
             t.last = Some(now);
         }
         let before = self.tracked.len();
-        self.tracked.retain(|_, t| t.listed && t.now.is_some());
+        self.tracked.retain(|_, t| t.listed > 0 && t.now.is_some());
         if self.tracked.len() != before {
             self.tree_changed = true;
-            self.held = self.tracked.values().filter(|t| t.file.is_some()).count();
+            self.reader.held = self.tracked.values().filter(|t| t.file.is_some()).count();
         }
         true
     }
@@ -186,10 +206,41 @@ impl UsageCounters {
         }
     }
 
+    /// Finds, before a listing's processes are read, the cgroups whose counter has not moved
+    /// since this check in the snapshot before: no task in them ran in between, so none of
+    /// their processes changed its CPU time, and none ended (an ending task runs its exit, for
+    /// microseconds at least). Each [`Self::quiet`] one's processes may be taken as they were,
+    /// unread. A counter read by this snapshot's [`Self::read_if_ended`] is checked as read;
+    /// else one is read for the check only where it counts at least
+    /// [`QUIET_CHECK_MIN_PROCESSES`] listed processes, and is not a root (the node's, never
+    /// quiet). Called once per snapshot, after `read_if_ended` and before the processes: a
+    /// check that skips a snapshot starts afresh.
+    pub fn check_quiet(&mut self) {
+        for (name, t) in self.tracked.iter_mut() {
+            let now = if std::mem::take(&mut t.fresh) {
+                t.now
+            } else if t.listed >= QUIET_CHECK_MIN_PROCESSES
+                && CountingHierarchy::split(name).is_some_and(|(_, path)| path != "/")
+            {
+                self.reader.read(name, &mut t.file)
+            } else {
+                None
+            };
+            t.quiet = now.is_some() && now == t.checked;
+            t.checked = now;
+        }
+    }
+
+    /// Whether cgroup `name`'s counter has not moved since the snapshot before (see
+    /// [`Self::check_quiet`]).
+    pub fn quiet(&self, name: &str) -> bool {
+        self.tracked.get(name).is_some_and(|t| t.quiet)
+    }
+
     /// Stops reading every cgroup: the next ones noted are read from baselines.
     pub fn forget(&mut self) {
         self.tracked.clear();
-        self.held = 0;
+        self.reader.held = 0;
         self.added = false;
         self.tree_changed = false;
         self.read_at_forks = None;
@@ -199,36 +250,46 @@ impl UsageCounters {
     /// Notes the cgroups that count this snapshot's processes, for the next [`Self::read`].
     pub fn note_listed(&mut self, processes: &[ProcessUsage]) {
         self.begin_listing();
-        let mut previous: Option<&ProcessUsage> = None;
+        // Listings keep a cgroup's processes together more often than not: each run of them
+        // is noted once.
+        let mut run: Option<(&ProcessUsage, &Arc<str>, u32)> = None;
         for p in processes {
             let Some(name) = p.info.usage_cgroup.as_ref() else {
                 continue;
             };
-            // Listings keep a cgroup's processes together more often than not.
-            let same = previous.is_some_and(|q| {
-                q.info
-                    .usage_cgroup
-                    .as_ref()
-                    .is_some_and(|n| Arc::ptr_eq(n, name))
-                    && q.info.workload == p.info.workload
-            });
-            previous = Some(p);
-            if !same {
-                self.note(name, &p.info.workload);
+            match &mut run {
+                Some((q, n, count))
+                    if Arc::ptr_eq(n, name) && q.info.workload == p.info.workload =>
+                {
+                    *count += 1;
+                }
+                _ => {
+                    if let Some((q, n, count)) = run.replace((p, name, 1)) {
+                        self.note_processes(n, &q.info.workload, count);
+                    }
+                }
             }
+        }
+        if let Some((q, n, count)) = run {
+            self.note_processes(n, &q.info.workload, count);
         }
     }
 
     /// Starts a listing: the cgroups [`Self::note`]d until the next read are those it reads
     /// again after that one.
     pub fn begin_listing(&mut self) {
-        self.tracked.values_mut().for_each(|t| t.listed = false);
+        self.tracked.values_mut().for_each(|t| t.listed = 0);
     }
 
     /// Notes that cgroup `name` counts a listed process, whose time beyond the listed
     /// processes' goes to `workload`: the workload of all its processes listed since
     /// [`Self::begin_listing`], or nobody's (the node's) when they differ.
     pub fn note(&mut self, name: &Arc<str>, workload: &WorkloadIdentity) {
+        self.note_processes(name, workload, 1);
+    }
+
+    /// [`Self::note`] for `count` processes.
+    fn note_processes(&mut self, name: &Arc<str>, workload: &WorkloadIdentity, count: u32) {
         let t = match self.tracked.get_mut(name) {
             Some(t) => t,
             None => {
@@ -237,14 +298,14 @@ impl UsageCounters {
                 self.tracked.entry(name.clone()).or_default()
             }
         };
-        if !t.listed {
-            t.listed = true;
+        if t.listed == 0 {
             if t.workload != *workload {
                 t.workload = workload.clone();
             }
         } else if t.workload != *workload && t.workload != WorkloadIdentity::default() {
             t.workload = WorkloadIdentity::default();
         }
+        t.listed = t.listed.saturating_add(count);
     }
 
     /// Each cgroup's nearest read ancestor, after cgroups came or went.
@@ -270,63 +331,12 @@ impl UsageCounters {
     /// Reads every tracked counter (`only_new`: of those without a baseline) into `now`, and
     /// what it moved since `last` into `moved`.
     fn read_counters(&mut self, only_new: bool) {
-        let UsageCounters {
-            counting,
-            tracked,
-            held,
-            held_cap,
-            path,
-            buf,
-            unreadable,
-            ..
-        } = self;
-        for (name, t) in tracked.iter_mut() {
+        for (name, t) in self.tracked.iter_mut() {
             if only_new && t.last.is_some() {
                 continue;
             }
-            let Some((hierarchy, cgroup)) = CountingHierarchy::split(name) else {
-                t.now = None;
-                continue;
-            };
-            let Some(root) = counting.root(hierarchy) else {
-                t.now = None;
-                continue;
-            };
-            path.clear();
-            path.push(root);
-            path.push(cgroup.trim_start_matches('/'));
-            path.push(match hierarchy {
-                CountingHierarchy::Cpuacct => "cpuacct.usage",
-                CountingHierarchy::Unified => "cpu.stat",
-            });
-            if t.file.is_none() && *held < *held_cap {
-                if let Ok(file) = crate::bounded::open_nonblocking(path) {
-                    t.file = Some(file);
-                    *held += 1;
-                }
-            }
-            let read = match &t.file {
-                Some(file) => buf.read_first_line_at(file),
-                None => buf.read_all(path),
-            };
-            t.now = match read {
-                Ok(bytes) => {
-                    let value = parse_counter(hierarchy, bytes);
-                    if value.is_none() {
-                        *unreadable += 1;
-                        tracing::warn!(path = %path.display(), "odd cgroup usage counter: not read");
-                    }
-                    value
-                }
-                Err(e) => {
-                    // A removed cgroup's files fail (ENODEV held, ENOENT by path).
-                    if !matches!(e.raw_os_error(), Some(libc::ENOENT | libc::ENODEV)) {
-                        *unreadable += 1;
-                        tracing::debug!(path = %path.display(), error = %e, "cgroup usage counter unreadable");
-                    }
-                    None
-                }
-            };
+            t.now = self.reader.read(name, &mut t.file);
+            t.fresh = !only_new;
             t.moved = match (t.last, t.now) {
                 (Some(last), Some(now)) if now >= last => Some(i128::from(now - last)),
                 _ => None,
@@ -349,6 +359,51 @@ impl UsageCounters {
             }
         }
         self.moves = moves;
+    }
+}
+
+impl CounterReader {
+    /// Cgroup `name`'s counter in ns, through `file` when held (opened and held here while
+    /// the budget allows); `None` when gone or unreadable.
+    fn read(&mut self, name: &str, file: &mut Option<File>) -> Option<u64> {
+        let (hierarchy, cgroup) = CountingHierarchy::split(name)?;
+        let root = self.counting.root(hierarchy)?;
+        let path = &mut self.path;
+        path.clear();
+        path.push(root);
+        path.push(cgroup.trim_start_matches('/'));
+        path.push(match hierarchy {
+            CountingHierarchy::Cpuacct => "cpuacct.usage",
+            CountingHierarchy::Unified => "cpu.stat",
+        });
+        if file.is_none() && self.held < self.held_cap {
+            if let Ok(opened) = crate::bounded::open_nonblocking(path) {
+                *file = Some(opened);
+                self.held += 1;
+            }
+        }
+        let read = match file {
+            Some(file) => self.buf.read_first_line_at(file),
+            None => self.buf.read_all(path),
+        };
+        match read {
+            Ok(bytes) => {
+                let value = parse_counter(hierarchy, bytes);
+                if value.is_none() {
+                    self.unreadable += 1;
+                    tracing::warn!(path = %path.display(), "odd cgroup usage counter: not read");
+                }
+                value
+            }
+            Err(e) => {
+                // A removed cgroup's files fail (ENODEV held, ENOENT by path).
+                if !matches!(e.raw_os_error(), Some(libc::ENOENT | libc::ENODEV)) {
+                    self.unreadable += 1;
+                    tracing::debug!(path = %path.display(), error = %e, "cgroup usage counter unreadable");
+                }
+                None
+            }
+        }
     }
 }
 

@@ -70,6 +70,28 @@ impl Credit {
                 .is_some_and(|(_, read_in)| read_in.wrapping_add(1) == generation)
     }
 
+    /// What has been credited so far.
+    pub fn credited(&self) -> Duration {
+        self.credited
+    }
+
+    /// The main thread's runtime (ns) at its last read, if one may still be credited from.
+    pub fn leader_runtime(&self) -> Option<u64> {
+        self.leader.map(|(runtime, _)| runtime)
+    }
+
+    /// Carries the leader's runtime read in the scan before into scan `generation`, which found
+    /// that the process did not run since (see
+    /// [`crate::cgroups::UsageCounters::check_quiet`]): it still holds, and may be credited
+    /// from in the scan after.
+    pub fn carry_leader(&mut self, generation: u64) {
+        if let Some((_, read_in)) = &mut self.leader {
+            if read_in.wrapping_add(1) == generation {
+                *read_in = generation;
+            }
+        }
+    }
+
     /// Credits the leader's runtime since the scan before (see [`Self::leader_suffices`]).
     pub fn credit_leader(&mut self, runtime_ns: u64, generation: u64) -> Duration {
         if let Some((before, _)) = self.leader {

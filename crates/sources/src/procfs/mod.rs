@@ -3,7 +3,8 @@
 //! thread is the whole process and no task started: [`credit`]), what identifies a process
 //! read once when it first appears, and the usage counters of the cgroups that count the
 //! processes ([`crate::cgroups`]), through which the time of processes no scan saw reaches
-//! their container, pod or VM.
+//! their container, pod or VM. The processes of a cgroup in which nothing ran since the scan
+//! before are not read at all ([`ProcfsSource::taken_unread`]).
 //!
 //! The reads themselves are in [`ProcfsReader`], public so that other sources (eBPF) read node
 //! CPU times and describe processes exactly as this one does.
@@ -55,6 +56,10 @@ struct Cached {
     /// bound.
     schedstat: Option<File>,
     credit: Credit,
+    /// Its main thread was asleep at its last `stat` read and has not run since: it must run
+    /// before it can end, and then moves its cgroup's counter (see
+    /// [`ProcfsSource::read_unmoved`]).
+    asleep: bool,
 }
 
 /// How many `stat` files stay open between scans, at most. Reading one again through the
@@ -91,6 +96,15 @@ enum HeldRead {
     Opened(File),
     /// Not: the caller reads by path.
     None,
+}
+
+/// What [`ProcfsSource::read_unmoved`] found of a known process.
+enum Unmoved {
+    /// Its cgroup is quiet and it was asleep: here it is as last read.
+    Unread(ProcessUsage),
+    /// Its cgroup is quiet, but it ran after its last `stat` read.
+    StateUnknown,
+    No,
 }
 
 /// Reads usage from a procfs tree (`host.procfs`, normally `/proc`).
@@ -130,6 +144,8 @@ pub struct ProcfsSource {
     /// ended between two scans, and of the last moments of those that ended, reaches their
     /// cgroup's workload through them.
     counters: Option<UsageCounters>,
+    /// Processes the last scan took unread (see [`Self::read_unmoved`]).
+    taken_unread: usize,
 }
 
 impl ProcfsSource {
@@ -155,6 +171,7 @@ impl ProcfsSource {
             all_stat_at: None,
             reads: ScanReads::default(),
             counters: None,
+            taken_unread: 0,
         };
         let reader = &mut source.reader;
         reader
@@ -167,6 +184,12 @@ impl ProcfsSource {
             source.counters = Some(UsageCounters::new(counting));
         }
         Ok(source)
+    }
+
+    /// How many processes the last scan took as they were, unread: those of the cgroups in
+    /// which nothing ran since the scan before (see [`Self::read_unmoved`]).
+    pub fn taken_unread(&self) -> usize {
+        self.taken_unread
     }
 
     /// Reads the process's `stat` into the reader's buffer through a held file: the one kept
@@ -213,6 +236,8 @@ impl ProcfsSource {
             return None;
         };
         cached.generation = generation;
+        // Still asleep only if it has not run since: a thread that ran may be ending now.
+        cached.asleep &= cached.credit.leader_runtime() == Some(runtime);
         Some(ProcessUsage {
             key: ProcessKey {
                 pid,
@@ -249,8 +274,52 @@ impl ProcfsSource {
         }
     }
 
+    /// The process at `pid` as last read, unread, where the cgroup that counts it is quiet
+    /// ([`UsageCounters::check_quiet`]: no task in it ran since the scan before) and its main
+    /// thread was asleep at its last read. Its CPU time is then what it was, and the pid still
+    /// names it, even in a scan after tasks started elsewhere: it could not end (nor the pid go
+    /// to another process) without running its exit in that cgroup.
+    fn read_unmoved(&mut self, pid: u32) -> Unmoved {
+        let Some(counters) = self.counters.as_ref() else {
+            return Unmoved::No;
+        };
+        let Some(cached) = self.cache.get_mut(&pid) else {
+            return Unmoved::No;
+        };
+        let quiet = cached
+            .info
+            .usage_cgroup
+            .as_deref()
+            .is_some_and(|cgroup| counters.quiet(cgroup));
+        if !quiet {
+            return Unmoved::No;
+        }
+        if !cached.asleep {
+            return Unmoved::StateUnknown;
+        }
+        cached.generation = self.generation;
+        cached.credit.carry_leader(self.generation);
+        self.taken_unread += 1;
+        Unmoved::Unread(ProcessUsage {
+            key: ProcessKey {
+                pid,
+                start_time: parse::ticks_to_duration(cached.start_ticks, self.reader.user_hz()),
+            },
+            cpu_time: cached.credit.credited(),
+            info: cached.info.clone(),
+            exited: false,
+            counters: None,
+        })
+    }
+
     fn read_process(&mut self, pid: u32, pid_name: &OsStr) -> Option<ProcessUsage> {
-        if self.reads.by_leader {
+        let by_leader = match self.read_unmoved(pid) {
+            Unmoved::Unread(usage) => return Some(usage),
+            // Its `stat` tells whether it is asleep, for the next scan.
+            Unmoved::StateUnknown => false,
+            Unmoved::No => self.reads.by_leader,
+        };
+        if by_leader {
             if let Some(usage) = self.read_by_leader(pid, pid_name) {
                 return Some(usage);
             }
@@ -276,6 +345,7 @@ impl ProcfsSource {
         };
         let PidStat {
             comm,
+            asleep,
             flags,
             utime,
             stime,
@@ -300,6 +370,7 @@ impl ProcfsSource {
         let (info, cpu_time) = match cached {
             Some(cached) => {
                 cached.generation = self.generation;
+                cached.asleep = asleep;
                 if opened.is_some() {
                     cached.stat = opened;
                 }
@@ -337,6 +408,7 @@ impl ProcfsSource {
                         stat,
                         schedstat,
                         credit,
+                        asleep,
                     },
                 );
                 (info, cpu_time)
@@ -370,8 +442,10 @@ impl UsageSource for ProcfsSource {
         let mut cgroups = Vec::new();
         if let Some(counters) = &mut self.counters {
             counters.read_if_ended(forks, &mut cgroups);
+            counters.check_quiet();
         }
         self.generation = self.generation.wrapping_add(1);
+        self.taken_unread = 0;
         // Asked each scan: the HTTP server raises the limit after this source is made.
         self.held_budget = held_stat_budget(self.held_cap);
         self.reads = self.scan_reads(forks, uptime);

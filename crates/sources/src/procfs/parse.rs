@@ -9,6 +9,10 @@ pub(crate) struct PidStat<'a> {
     pub comm: &'a [u8],
     /// The thread has ended: a zombie (`Z`) or being reaped (`X`, `x`).
     pub ended: bool,
+    /// The thread is not running nor runnable: asleep (`S`, `I`) or stopped (`T`, `t`). It
+    /// must run again to end, all of its exit then. (`D` is left out: a thread may wait in it
+    /// partway through its exit.)
+    pub asleep: bool,
     pub flags: u64,
     pub utime: u64,
     pub stime: u64,
@@ -31,7 +35,9 @@ pub(crate) fn parse_pid_stat(line: &[u8]) -> Option<PidStat<'_>> {
         .split(u8::is_ascii_whitespace)
         .filter(|f| !f.is_empty());
     // `fields` starts at field 3 (state); the numbers are the man page's 1-based field numbers.
-    let ended = matches!(fields.next()?, b"Z" | b"X" | b"x");
+    let state = fields.next()?;
+    let ended = matches!(state, b"Z" | b"X" | b"x");
+    let asleep = matches!(state, b"S" | b"I" | b"T" | b"t");
     let flags = parse_u64(fields.nth(9 - 4)?)?;
     let utime = parse_u64(fields.nth(14 - 9 - 1)?)?;
     let stime = parse_u64(fields.next()?)?;
@@ -40,6 +46,7 @@ pub(crate) fn parse_pid_stat(line: &[u8]) -> Option<PidStat<'_>> {
     Some(PidStat {
         comm,
         ended,
+        asleep,
         flags,
         utime,
         stime,

@@ -250,7 +250,7 @@ fn gone_and_odd_counters_are_dropped_and_odd_ones_counted() {
     let listed = listing(&["cpuacct:/gone", "cpuacct:/odd", "cpuacct:/ok"]);
     let mut c = tree.counters();
     // By path, as beyond the held files: a removed cgroup's counter is then gone.
-    c.held_cap = 0;
+    c.reader.held_cap = 0;
     read(&mut c, &listed, true);
     std::fs::remove_dir_all(tree.root().join("cpuacct/gone")).unwrap();
     tree.set("cpuacct:/odd", "12 34 garbage\n");
@@ -277,7 +277,7 @@ fn held_counter_files_are_read_again() {
     tree.set("cpuacct:/a", "1");
     let a: Arc<str> = "cpuacct:/a".into();
     let mut c = tree.counters();
-    assert!(c.held_cap > 0);
+    assert!(c.reader.held_cap > 0);
     read(&mut c, &[process(1, &a)], true);
     assert!(c.tracked.get(&a).unwrap().file.is_some());
     // Rewritten in place, as the kernel's counter moves: the held file reads the new value.
@@ -462,4 +462,98 @@ fn counters_are_read_again_only_when_a_task_may_have_ended() {
     assert_eq!(reads(&mut c, Some(8)), 1, "a task was created");
     assert_eq!(reads(&mut c, None), 1, "not known");
     assert_eq!(reads(&mut c, None), 1);
+}
+
+/// Notes `processes`, then checks before the next listing as a source does (the counters read
+/// first when `may_have_ended`); the names of the quiet cgroups.
+fn check(
+    c: &mut UsageCounters,
+    processes: &[ProcessUsage],
+    may_have_ended: bool,
+) -> Vec<&'static str> {
+    let mut out = Vec::new();
+    if may_have_ended {
+        c.read_if_ended(None, &mut out);
+    } else {
+        // Read at this fork count, nothing gone since: not read again.
+        c.counted_at(Some(0));
+        c.read_if_ended(Some(0), &mut out);
+    }
+    c.check_quiet();
+    let quiet = [
+        "cpuacct:/",
+        "cpuacct:/big",
+        "cpuacct:/small",
+        "unified:/big",
+    ]
+    .into_iter()
+    .filter(|n| c.quiet(n))
+    .collect();
+    c.note_listed(processes);
+    c.read_new(&mut out);
+    quiet
+}
+
+#[test]
+fn a_cgroup_is_quiet_when_its_counter_stood_still_since_the_check_before() {
+    let tree = Tree::new();
+    for (cg, v) in [
+        ("cpuacct:/", "100"),
+        ("cpuacct:/big", "10"),
+        ("cpuacct:/small", "10"),
+        ("unified:/big", "7"),
+    ] {
+        tree.set(cg, v);
+    }
+    let (root, big, small, ubig): (Arc<str>, Arc<str>, Arc<str>, Arc<str>) = (
+        "cpuacct:/".into(),
+        "cpuacct:/big".into(),
+        "cpuacct:/small".into(),
+        "unified:/big".into(),
+    );
+    let mut listed: Vec<ProcessUsage> = (1..=4).map(|pid| process(pid, &root)).collect();
+    listed.extend((5..=8).map(|pid| process(pid, &big)));
+    listed.extend((9..=11).map(|pid| process(pid, &small)));
+    listed.extend((12..=15).map(|pid| process(pid, &ubig)));
+    let mut c = tree.counters();
+    // Listed first: baselines, taken after the listing, so no check yet.
+    assert!(check(&mut c, &listed, false).is_empty());
+    // Nothing may have ended: the cgroups counting four processes or more are read for the
+    // check, but the node's root; their first check.
+    assert!(check(&mut c, &listed, false).is_empty());
+    tree.set("unified:/big", "8");
+    assert_eq!(check(&mut c, &listed, false), ["cpuacct:/big"]);
+    assert_eq!(
+        check(&mut c, &listed, false),
+        ["cpuacct:/big", "unified:/big"]
+    );
+    // Read because a task may have ended: every counter is checked as read, the small one's and
+    // the root's too (first checks for them).
+    tree.set("cpuacct:/", "150");
+    assert_eq!(
+        check(&mut c, &listed, true),
+        ["cpuacct:/big", "unified:/big"]
+    );
+    tree.set("cpuacct:/big", "11");
+    assert_eq!(
+        check(&mut c, &listed, true),
+        ["cpuacct:/", "cpuacct:/small", "unified:/big"]
+    );
+    // A check left out (the small one is not read when nothing may have ended) starts afresh.
+    assert_eq!(
+        check(&mut c, &listed, false),
+        ["cpuacct:/big", "unified:/big"]
+    );
+    assert_eq!(
+        check(&mut c, &listed, true),
+        ["cpuacct:/big", "unified:/big"]
+    );
+    // An unreadable counter is never quiet.
+    tree.set("cpuacct:/big", "garbage");
+    assert_eq!(
+        check(&mut c, &listed, true),
+        ["cpuacct:/", "cpuacct:/small", "unified:/big"]
+    );
+    // Counted at the read, and at the baseline read after the listing noted the cgroup again.
+    assert_eq!(c.unreadable(), 2);
 }

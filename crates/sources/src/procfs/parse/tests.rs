@@ -12,6 +12,7 @@ fn stat_fields_by_number() {
         PidStat {
             comm: b"process_api",
             ended: false,
+            asleep: true,
             flags: 4194560,
             utime: 26,
             stime: 60,
@@ -36,9 +37,25 @@ fn comm_with_spaces_and_parentheses() {
     let stat = parse_pid_stat(line).unwrap();
     assert_eq!(stat.comm, b"my (odd) ) 1 2 prog");
     assert_eq!((stat.utime, stat.stime, stat.start_time), (7, 3, 500));
-    assert!(!stat.ended);
+    assert!(!stat.ended && !stat.asleep, "running");
     let zombie = b"42 (a) b) Z 1 42 42 0 -1 0 0 0 0 0 7 3 0 0 20 0 1 0 500 0 0";
-    assert!(parse_pid_stat(zombie).unwrap().ended);
+    let zombie = parse_pid_stat(zombie).unwrap();
+    assert!(zombie.ended && !zombie.asleep);
+    for (state, asleep) in [
+        ("S", true),
+        ("D", false),
+        ("I", true),
+        ("t", true),
+        ("R", false),
+        ("X", false),
+    ] {
+        let line = format!("42 (a) {state} 1 42 42 0 -1 0 0 0 0 0 7 3 0 0 20 0 1 0 500 0 0");
+        assert_eq!(
+            parse_pid_stat(line.as_bytes()).unwrap().asleep,
+            asleep,
+            "{state}"
+        );
+    }
 }
 
 #[test]
