@@ -31,6 +31,8 @@ struct MeterSlot {
 pub struct Sampler {
     source: Box<dyn UsageSource>,
     source_health: Arc<ComponentHealth>,
+    /// The source's skipped inputs counted so far (see [`UsageSource::skipped_inputs`]).
+    source_skipped: u64,
     meters: Vec<MeterSlot>,
     attributor: Attributor,
     clock: Clock,
@@ -67,6 +69,7 @@ impl Sampler {
         let origin = Instant::now();
         Sampler {
             source_health: health.register(ComponentKind::Source, source.name()),
+            source_skipped: 0,
             source,
             meters: meters
                 .into_iter()
@@ -135,6 +138,10 @@ impl Sampler {
                 if self.source_health.set_up() {
                     warn!(source = self.source.name(), "usage source readable again");
                 }
+                let skipped = self.source.skipped_inputs();
+                self.source_health
+                    .count_errors(skipped.saturating_sub(self.source_skipped));
+                self.source_skipped = skipped;
                 usage
             }
             Err(error) => {

@@ -205,3 +205,29 @@ fn two_domains_a_catalogue_and_an_in_memory_output() {
         ]
     );
 }
+
+/// A source that skipped bad inputs (an unreadable cgroup usage counter, say) has each counted
+/// as one of its errors, once, and stays up.
+#[test]
+fn a_source_s_skipped_inputs_count_as_its_errors_and_it_stays_up() {
+    let health = Health::new();
+    let mut sampler = Sampler::new(
+        Box::new(ScriptedUsage::new(vec![(1, 100, plain(1))]).skipping(2)),
+        Vec::new(),
+        Attributor::new(AttributionConfig::default()),
+        &health,
+    );
+    let errors = || {
+        let components = health.components();
+        let source = components
+            .iter()
+            .find(|c| c.kind() == ComponentKind::Source)
+            .unwrap();
+        (source.errors(), source.is_up())
+    };
+    assert_eq!(errors(), (0, true));
+    for tick in 1..=3u64 {
+        sampler.tick().unwrap();
+        assert_eq!(errors(), (2 * tick, true), "after tick {tick}");
+    }
+}

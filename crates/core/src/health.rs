@@ -103,7 +103,12 @@ impl ComponentHealth {
     /// An error the component survived (a dropped sample, a skipped record): counted, and the
     /// component stays up.
     pub fn count_error(&self) {
-        self.errors.fetch_add(1, Ordering::Relaxed);
+        self.count_errors(1);
+    }
+
+    /// `n` errors the component survived.
+    pub fn count_errors(&self, n: u64) {
+        self.errors.fetch_add(n, Ordering::Relaxed);
     }
 }
 

@@ -183,4 +183,10 @@ pub trait UsageSource: Send {
     /// Takes in what the source's buffers hold so far, between snapshots; what it takes in
     /// is reported by the next snapshot, as if it had waited there.
     fn drain(&mut self) {}
+    /// Bad inputs the source has skipped since it started (an odd or unreadable cgroup usage
+    /// counter), each left out of its snapshots with a log line. The agent counts them in the
+    /// source's `kepler_agent_component_errors_total`; the source stays up.
+    fn skipped_inputs(&self) -> u64 {
+        0
+    }
 }

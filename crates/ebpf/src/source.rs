@@ -487,6 +487,12 @@ impl UsageSource for EbpfSource {
         "ebpf"
     }
 
+    fn skipped_inputs(&self) -> u64 {
+        self.cgroup_counters
+            .as_ref()
+            .map_or(0, UsageCounters::unreadable)
+    }
+
     /// `sched_switch` counts from when it was loaded, and a process gets an entry when it
     /// first runs. The task iterator reads the scheduler's count, which runs from each task's
     /// start, but every task alive at a snapshot is in it, and a process alive at the first

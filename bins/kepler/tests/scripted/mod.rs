@@ -13,12 +13,24 @@ use kepler_core::{
 pub struct ScriptedUsage {
     step: u64,
     processes: Vec<(u32, u64, Arc<ProcessInfo>)>,
+    /// Inputs it says it skipped, at each snapshot.
+    skipped_per_snapshot: u64,
 }
 
 impl ScriptedUsage {
     /// `processes`: (pid, CPU milliseconds per tick, what the source says about it).
     pub fn new(processes: Vec<(u32, u64, Arc<ProcessInfo>)>) -> Self {
-        ScriptedUsage { step: 0, processes }
+        ScriptedUsage {
+            step: 0,
+            processes,
+            skipped_per_snapshot: 0,
+        }
+    }
+
+    /// Says it skipped `n` bad inputs at each snapshot.
+    pub fn skipping(mut self, n: u64) -> Self {
+        self.skipped_per_snapshot = n;
+        self
     }
 }
 
@@ -33,6 +45,10 @@ pub fn plain(pid: u32) -> Arc<ProcessInfo> {
 impl UsageSource for ScriptedUsage {
     fn name(&self) -> &str {
         "scripted"
+    }
+
+    fn skipped_inputs(&self) -> u64 {
+        self.step * self.skipped_per_snapshot
     }
 
     fn snapshot(&mut self) -> Result<UsageSnapshot, ReadError> {

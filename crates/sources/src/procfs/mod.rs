@@ -429,6 +429,10 @@ impl UsageSource for ProcfsSource {
         "procfs"
     }
 
+    fn skipped_inputs(&self) -> u64 {
+        self.counters.as_ref().map_or(0, UsageCounters::unreadable)
+    }
+
     fn snapshot(&mut self) -> Result<UsageSnapshot, ReadError> {
         // Uptime is read before the scan: a process that starts during the scan and is missed
         // then has a start time after this uptime, so the next tick counts all its CPU time.
