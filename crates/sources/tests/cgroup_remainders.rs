@@ -102,18 +102,12 @@ fn container_cpu(s: &PowerSnapshot, id: &str) -> Duration {
         .map_or(Duration::ZERO, |c| c.cpu_time)
 }
 
-/// A churning cgroup named after the test, where the host lets one be made (root, cgroup2).
-fn churn_cgroup(test: &str) -> Option<ChurnCgroup> {
-    // SAFETY: geteuid has no preconditions and cannot fail.
-    if unsafe { libc::geteuid() } != 0 {
-        kepler_testkit::tools::skip(&format!("SKIP {test}: needs root"));
-        return None;
-    }
-    let cgroup = ChurnCgroup::create(&format!("kepler-{test}-{}", std::process::id()));
-    if cgroup.is_none() {
-        kepler_testkit::tools::skip(&format!("SKIP {test}: no cgroup2 cgroup could be made"));
-    }
-    cgroup
+/// Fails unless `credited` is within `slack` of `truth`, either way.
+fn assert_close(credited: Duration, truth: Duration, slack: Duration) {
+    assert!(
+        credited + slack >= truth && credited <= truth + slack,
+        "credited {credited:?}, the cgroup used {truth:?}"
+    );
 }
 
 /// The procfs source and an attributor: each call takes a snapshot and attributes it.
@@ -132,7 +126,7 @@ fn ticker(classifier: Arc<dyn Classifier>) -> impl FnMut() -> PowerSnapshot {
 
 #[test]
 fn processes_no_scan_sees_are_credited_to_their_cgroup() {
-    let Some(mut cgroup) = churn_cgroup("procfs-remainders") else {
+    let Some(mut cgroup) = ChurnCgroup::for_test("procfs-remainders") else {
         return;
     };
     let id = "remainders".to_string();
@@ -152,11 +146,7 @@ fn processes_no_scan_sees_are_credited_to_their_cgroup() {
     let credited = container_cpu(&last.unwrap(), &id);
     eprintln!("credited {credited:?} of the {truth:?} the cgroup used");
     // The spawner is read through `stat`, in clock ticks: its credit may trail by one.
-    let slack = Duration::from_millis(20) + truth / 100;
-    assert!(
-        credited + slack >= truth && credited <= truth + slack,
-        "credited {credited:?}, the cgroup used {truth:?}"
-    );
+    assert_close(credited, truth, Duration::from_millis(20) + truth / 100);
     // Almost all of it was the burners', which no scan listed.
     assert!(
         truth > Duration::from_millis(100),
@@ -169,7 +159,7 @@ fn processes_no_scan_sees_are_credited_to_their_cgroup() {
 /// container's own baseline, and neither workload is credited it twice.
 #[test]
 fn a_cgroup_made_under_a_read_one_is_counted_once() {
-    let Some(mut cgroup) = churn_cgroup("procfs-nested") else {
+    let Some(mut cgroup) = ChurnCgroup::for_test("procfs-nested") else {
         return;
     };
     let mut tick = ticker(Arc::new(
@@ -200,21 +190,13 @@ fn a_cgroup_made_under_a_read_one_is_counted_once() {
     // Together exact but for clock ticks (processes are read through `stat`: a credit may
     // trail by one; the burner's moments before it joined its cgroup are in its own time only).
     let (credited, truth) = (outer + inner_credit, outer_truth + inner_truth);
-    let slack = Duration::from_millis(20) + truth / 100;
-    assert!(
-        credited + slack >= truth && credited <= truth + slack,
-        "credited {credited:?} in all, the cgroups used {truth:?}"
-    );
+    assert_close(credited, truth, Duration::from_millis(20) + truth / 100);
     // Apart, the outer cgroup takes the burner's time up to the inner one's baseline as its
     // credit then, which trails by up to a clock tick each of user and system time, and the
     // moments between its listing and that baseline. Counted twice, it would take a whole
     // interval's.
     for (credited, truth) in [(outer, outer_truth), (inner_credit, inner_truth)] {
-        let slack = Duration::from_millis(40) + truth / 50;
-        assert!(
-            credited + slack >= truth && credited <= truth + slack,
-            "credited {credited:?}, the cgroup used {truth:?}"
-        );
+        assert_close(credited, truth, Duration::from_millis(40) + truth / 50);
     }
     assert!(
         inner_truth > Duration::from_millis(100),

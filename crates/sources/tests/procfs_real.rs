@@ -1,7 +1,7 @@
 //! The procfs source against this host's `/proc`, with child processes it starts itself.
 
 use std::path::Path;
-use std::process::{Child, Command};
+use std::process::Command;
 use std::sync::Arc;
 use std::thread::sleep;
 use std::time::Duration;
@@ -9,16 +9,7 @@ use std::time::Duration;
 use kepler_core::{NoWorkloads, UsageSnapshot, UsageSource};
 use kepler_sources::cgroups::Counting;
 use kepler_sources::{probe, ProcfsReader, ProcfsSource};
-
-/// Kills and reaps the child even when an assertion fails.
-struct Reaped(Child);
-
-impl Drop for Reaped {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
+use kepler_testkit::churn::Reaped;
 
 fn source() -> ProcfsSource {
     ProcfsSource::new("/proc".into(), Arc::new(NoWorkloads)).unwrap()

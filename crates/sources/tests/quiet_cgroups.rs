@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use kepler_core::{NoWorkloads, UsageSnapshot, UsageSource};
 use kepler_sources::ProcfsSource;
-use kepler_testkit::churn::ChurnCgroup;
+use kepler_testkit::churn::{ChurnCgroup, Reaped};
 
 /// A process that burns CPU in itself on each line it reads, and sleeps on its input between.
 struct Burner {
@@ -54,16 +54,6 @@ impl Drop for Burner {
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
-    }
-}
-
-/// Kills and reaps its process when dropped.
-struct Reaped(Child);
-
-impl Drop for Reaped {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
     }
 }
 
@@ -120,25 +110,17 @@ fn until_quiet(source: &mut ProcfsSource, count: usize) -> UsageSnapshot {
 
 #[test]
 fn a_quiet_cgroup_s_processes_are_taken_unread_until_one_of_them_runs_or_ends() {
-    // SAFETY: geteuid has no preconditions and cannot fail.
-    if unsafe { libc::geteuid() } != 0 {
-        kepler_testkit::tools::skip("SKIP quiet cgroups: needs root");
-        return;
-    }
-    let Some(cgroup) = ChurnCgroup::create(&format!("kepler-procfs-quiet-{}", std::process::id()))
-    else {
-        kepler_testkit::tools::skip("SKIP quiet cgroups: no cgroup2 cgroup could be made");
+    let Some(cgroup) = ChurnCgroup::for_test("procfs-quiet") else {
         return;
     };
-    let join = |pid: u32| std::fs::write(cgroup.dir.join("cgroup.procs"), pid.to_string()).unwrap();
     // Beside the spawner (asleep on its input), enough processes for the cgroup to be checked
     // at each scan even when no task ended.
     let mut sleepers: Vec<Reaped> = (0..3)
         .map(|_| Reaped(Command::new("sleep").arg("600").spawn().unwrap()))
         .collect();
-    sleepers.iter().for_each(|s| join(s.0.id()));
+    sleepers.iter().for_each(|s| cgroup.adopt(s.0.id()));
     let mut burner = Burner::start();
-    join(burner.child.id());
+    cgroup.adopt(burner.child.id());
     let mut ours: Vec<u32> = sleepers.iter().map(|s| s.0.id()).collect();
     ours.extend([cgroup.spawner(), burner.child.id()]);
     // Each asleep before the first scan reads its state.

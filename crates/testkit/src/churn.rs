@@ -1,6 +1,7 @@
 //! A cgroup2 cgroup with a spawner in it that, when told, starts short-lived CPU-burning
 //! children one after another: the processes a scan between snapshots never sees. The
-//! cgroup's own `cpu.stat` is the truth of what they all used (root only).
+//! cgroup's own `cpu.stat` is the truth of what they all used (root only). Also [`Reaped`],
+//! the guard of the other processes such tests start.
 
 use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
@@ -68,6 +69,27 @@ impl ChurnCgroup {
         Some(cgroup)
     }
 
+    /// A cgroup named after `test` and this process, where the host lets one be made (root,
+    /// cgroup2); else `None`, the test skipped with the reason (see [`crate::tools::skip`]).
+    pub fn for_test(test: &str) -> Option<ChurnCgroup> {
+        // SAFETY: geteuid has no preconditions and cannot fail.
+        if unsafe { libc::geteuid() } != 0 {
+            crate::tools::skip(&format!("SKIP {test}: needs root"));
+            return None;
+        }
+        let cgroup = Self::create(&format!("kepler-{test}-{}", std::process::id()));
+        if cgroup.is_none() {
+            crate::tools::skip(&format!("SKIP {test}: no cgroup2 cgroup could be made"));
+        }
+        cgroup
+    }
+
+    /// Moves process `pid` into the cgroup.
+    pub fn adopt(&self, pid: u32) {
+        std::fs::write(self.dir.join("cgroup.procs"), pid.to_string())
+            .unwrap_or_else(|e| panic!("moving {pid} into {}: {e}", self.dir.display()));
+    }
+
     /// The spawner's pid.
     pub fn spawner(&self) -> u32 {
         self.spawner.id()
@@ -97,6 +119,16 @@ pub fn usage_of(dir: &Path) -> Option<Duration> {
         .find_map(|l| l.strip_prefix("usage_usec "))
         .and_then(|v| v.trim().parse().ok())
         .map(Duration::from_micros)
+}
+
+/// A child process killed and reaped when dropped, even when an assertion fails.
+pub struct Reaped(pub Child);
+
+impl Drop for Reaped {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
 }
 
 impl Drop for ChurnCgroup {

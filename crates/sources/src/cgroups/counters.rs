@@ -18,7 +18,8 @@ use crate::procfs::read::Buffer;
 const MAX_HELD: usize = 256;
 
 /// The fewest processes of the last listing a cgroup must count for its counter to be read
-/// only to learn whether it is quiet: the read costs about what reading one process costs.
+/// only to learn whether it is quiet: that read is one `pread`, as a held process's is, so it
+/// pays only where it may spare several.
 const QUIET_CHECK_MIN_PROCESSES: u32 = 4;
 
 /// One cgroup whose counter is read.
@@ -38,9 +39,6 @@ struct Tracked {
     workload: WorkloadIdentity,
     /// How many processes of this snapshot are counted in it.
     listed: u32,
-    /// Whether `now` was read by this snapshot's [`UsageCounters::read_if_ended`], before its
-    /// processes: a quiet check needs no read of its own then.
-    fresh: bool,
     /// The counter at the quiet check of the snapshot before, and whether it has not moved
     /// since (see [`UsageCounters::check_quiet`]).
     checked: Option<u64>,
@@ -62,6 +60,9 @@ pub struct UsageCounters {
     /// neither changes no task can have ended (see [`Self::read_if_ended`]).
     read_at_forks: Option<u64>,
     gone_since_read: bool,
+    /// Whether this snapshot's [`Self::read_if_ended`] read every tracked counter, before its
+    /// processes: the quiet check then needs no read of its own.
+    read_this_snapshot: bool,
     reader: CounterReader,
     /// Each read child's movement and its parent, reused by each read.
     moves: Vec<(Arc<str>, i128)>,
@@ -91,6 +92,7 @@ impl UsageCounters {
             added: false,
             read_at_forks: None,
             gone_since_read: false,
+            read_this_snapshot: false,
             reader: CounterReader {
                 counting,
                 held: 0,
@@ -149,6 +151,7 @@ impl UsageCounters {
         if !may_have_ended {
             return false;
         }
+        self.read_this_snapshot = true;
         self.added = false;
         self.find_parents_if_changed();
         self.read_counters(false);
@@ -216,8 +219,9 @@ impl UsageCounters {
     /// quiet). Called once per snapshot, after `read_if_ended` and before the processes: a
     /// check that skips a snapshot starts afresh.
     pub fn check_quiet(&mut self) {
+        let read = std::mem::take(&mut self.read_this_snapshot);
         for (name, t) in self.tracked.iter_mut() {
-            let now = if std::mem::take(&mut t.fresh) {
+            let now = if read {
                 t.now
             } else if t.listed >= QUIET_CHECK_MIN_PROCESSES
                 && CountingHierarchy::split(name).is_some_and(|(_, path)| path != "/")
@@ -245,6 +249,7 @@ impl UsageCounters {
         self.tree_changed = false;
         self.read_at_forks = None;
         self.gone_since_read = false;
+        self.read_this_snapshot = false;
     }
 
     /// Notes the cgroups that count this snapshot's processes, for the next [`Self::read`].
@@ -336,7 +341,6 @@ impl UsageCounters {
                 continue;
             }
             t.now = self.reader.read(name, &mut t.file);
-            t.fresh = !only_new;
             t.moved = match (t.last, t.now) {
                 (Some(last), Some(now)) if now >= last => Some(i128::from(now - last)),
                 _ => None,
