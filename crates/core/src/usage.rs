@@ -69,7 +69,8 @@ pub struct ProcessUsage {
     /// The task has exited and this is its final reading (sources that see exits, like eBPF,
     /// report it once).
     pub exited: bool,
-    /// Cumulative event counts, when the source measures them (eBPF, perf counters).
+    /// Cumulative event counts, when the source measures them (eBPF, perf counters); `None`
+    /// also where it could but no optional probe counts (no meter or output reads them).
     pub counters: Option<Box<TaskCounters>>,
 }
 

@@ -348,10 +348,22 @@ fn a_handed_over_probe_nothing_reads_is_detached() {
         .iter()
         .find(|p| p.key.pid == me)
         .expect("this process is counted");
-    let counters = mine.counters.as_deref().expect("counters");
-    assert_eq!(
-        (counters.irq_net_rx, counters.irq_net_tx, counters.irq_block),
-        (None, None, None)
-    );
-    assert!(counters.context_switches.is_some());
+    assert!(mine.cpu_time > Duration::ZERO);
+    // Other optional probes may still count (the page cache, where other features kept it):
+    // the detached one's counters then read as unknown; with none left, no counters come.
+    match mine.counters.as_deref() {
+        Some(c) => {
+            assert!(src.probes().page_cache.is_active() || src.probes().hw_counters.is_active());
+            assert_eq!(
+                (c.irq_net_rx, c.irq_net_tx, c.irq_block),
+                (None, None, None)
+            );
+            assert!(c.context_switches.is_some());
+        }
+        None => assert!(
+            !src.probes().page_cache.is_active() && !src.probes().hw_counters.is_active(),
+            "{}",
+            src.probes()
+        ),
+    }
 }

@@ -174,8 +174,19 @@ fn burning_child_with(accounting: Accounting) {
     );
     assert!(err < 0.05, "credited {credited:?} vs rusage {rusage_cpu:?}");
     assert!(rusage_cpu >= Duration::from_millis(1500));
-    let switches = exited[0].counters.as_ref().and_then(|c| c.context_switches);
-    assert!(switches.is_some_and(|n| n > 0), "context switches counted");
+    // Counters come with a reading only while an optional probe counts: nothing else reads
+    // them. Switches are counted with them.
+    let probes = src.probes();
+    let counting = [&probes.page_cache, &probes.softirq, &probes.hw_counters]
+        .into_iter()
+        .any(|p| p.is_active());
+    match exited[0].counters.as_deref() {
+        Some(c) => assert!(
+            counting && c.context_switches.is_some_and(|n| n > 0),
+            "context switches counted"
+        ),
+        None => assert!(!counting, "counters missing while {probes}"),
+    }
 }
 
 /// Snapshots until one reports `pid` exited, for up to 3 s, and returns them (the last one

@@ -51,18 +51,24 @@ impl Attributor {
                         .collect(),
                 },
             },
-            processes: self
-                .processes
-                .iter()
-                .filter(|(_, p)| !p.hidden)
-                .map(|(key, p)| ProcessPower {
-                    key: *key,
-                    info: p.info.clone(),
-                    state: p.workload.state(),
-                    cpu_time: p.workload.cpu_time,
-                    zones: padded(&p.workload.zones),
-                })
-                .collect(),
+            processes: {
+                // Sized once: a filtered collect grows by doubling and copies what it holds at
+                // each growth; with 1,000 processes the last growth copied ~120 KB a tick.
+                let mut visible = Vec::with_capacity(self.processes.len());
+                visible.extend(
+                    self.processes
+                        .iter()
+                        .filter(|(_, p)| !p.hidden)
+                        .map(|(key, p)| ProcessPower {
+                            key: *key,
+                            info: p.info.clone(),
+                            state: p.workload.state(),
+                            cpu_time: p.workload.cpu_time,
+                            zones: padded(&p.workload.zones),
+                        }),
+                );
+                visible
+            },
             containers: self
                 .containers
                 .values()

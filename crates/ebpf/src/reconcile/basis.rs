@@ -110,7 +110,7 @@ impl Reconciler {
                 cpu_time: Duration::from_nanos(k.reported.0),
                 info: k.info.clone(),
                 exited: true,
-                counters: Some(self.measured.counters(&totals)),
+                counters: self.measured.counters(&totals),
             });
             self.ended.insert(
                 key,
