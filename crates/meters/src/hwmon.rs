@@ -24,7 +24,7 @@ use kepler_core::{
 use tracing::{debug, warn};
 
 use crate::hwmon_rules::{ChipRule, Pairing};
-use crate::sysfs::{natural_cmp, read_i64, read_text, read_u64, AttrError, ZoneFailures};
+use crate::sysfs::{natural_cmp, read_text, Attr, AttrError, ZoneFailures};
 
 /// The hwmon meter: CPU-domain sensors (`hwmon`) or the ACPI power meter (`acpi`).
 #[derive(Debug)]
@@ -63,11 +63,11 @@ struct Sensor {
 #[derive(Debug)]
 enum SensorKind {
     /// µJ counter; hwmon documents no wrap point.
-    Energy(PathBuf),
+    Energy(Attr),
     /// µW.
-    Power(PathBuf),
+    Power(Attr),
     /// mV and mA.
-    VoltCurrent { volt: PathBuf, curr: PathBuf },
+    VoltCurrent { volt: Attr, curr: Attr },
 }
 
 /// The attribute files of one channel number of one sensor type.
@@ -185,7 +185,7 @@ impl HwmonMeter {
         let mut buf = String::new();
         let mut skipped = Vec::new();
         let mut sensors = Vec::new();
-        for s in candidates {
+        for mut s in candidates {
             if !wanted.is_empty() && !wanted.iter().any(|w| **w == *s.zone) {
                 debug!(path = %s.path, zone = %s.zone, "hwmon sensor left out by experimental.hwmon.zones");
                 continue;
@@ -248,7 +248,7 @@ impl PowerMeter for HwmonMeter {
         out: &mut Vec<ZoneReading>,
     ) -> Result<(), ReadError> {
         self.failures.begin();
-        for (i, s) in self.sensors.iter().enumerate() {
+        for (i, s) in self.sensors.iter_mut().enumerate() {
             let read = s.sample(&mut self.buf);
             let Some(sample) = self.failures.note(i, read) else {
                 continue;
@@ -267,16 +267,16 @@ impl PowerMeter for HwmonMeter {
 }
 
 impl Sensor {
-    fn sample(&self, buf: &mut String) -> Result<ZoneSample, AttrError> {
-        Ok(match &self.kind {
+    fn sample(&mut self, buf: &mut String) -> Result<ZoneSample, AttrError> {
+        Ok(match &mut self.kind {
             SensorKind::Energy(file) => ZoneSample::Energy {
-                counter: MicroJoules(read_u64(file, buf)?),
+                counter: MicroJoules(file.read_u64(buf)?),
                 max: None,
             },
-            SensorKind::Power(file) => ZoneSample::Power(Watts(read_u64(file, buf)? as f64 / 1e6)),
+            SensorKind::Power(file) => ZoneSample::Power(Watts(file.read_u64(buf)? as f64 / 1e6)),
             SensorKind::VoltCurrent { volt, curr } => {
-                let mv = read_i64(volt, buf)?;
-                let ma = read_i64(curr, buf)?;
+                let mv = volt.read_i64(buf)?;
+                let ma = curr.read_i64(buf)?;
                 // mV × mA is µW.
                 ZoneSample::Power(Watts(mv as f64 * ma as f64 / 1e6))
             }
@@ -365,9 +365,17 @@ fn sensors_of(chip: &str, dir: &Path, files: ChipFiles, rules: &[ChipRule]) -> V
         // A channel with both measures one thing twice; the counter loses nothing between
         // ticks, an averaged or instantaneous power does.
         if let Some(file) = e.input {
-            found.push((format!("energy{n}"), label, SensorKind::Energy(file)));
+            found.push((
+                format!("energy{n}"),
+                label,
+                SensorKind::Energy(Attr::new(file)),
+            ));
         } else if let Some(file) = p.average.or(p.input) {
-            found.push((format!("power{n}"), label, SensorKind::Power(file)));
+            found.push((
+                format!("power{n}"),
+                label,
+                SensorKind::Power(Attr::new(file)),
+            ));
         }
     }
     if found.is_empty() {
@@ -388,8 +396,8 @@ fn sensors_of(chip: &str, dir: &Path, files: ChipFiles, rules: &[ChipRule]) -> V
                     format!("in{n}"),
                     v.label.or(c.label),
                     SensorKind::VoltCurrent {
-                        volt,
-                        curr: curr_file,
+                        volt: Attr::new(volt),
+                        curr: Attr::new(curr_file),
                     },
                 ));
             }
@@ -405,9 +413,9 @@ fn sensors_of(chip: &str, dir: &Path, files: ChipFiles, rules: &[ChipRule]) -> V
                 .filter(|l| !l.is_empty());
             let zone = zone_for(chip, label.as_deref(), &channel, single);
             let path = match &kind {
-                SensorKind::Energy(f) | SensorKind::Power(f) => f.display().to_string(),
+                SensorKind::Energy(f) | SensorKind::Power(f) => f.path().display().to_string(),
                 SensorKind::VoltCurrent { volt, curr } => {
-                    format!("{}*{}", volt.display(), file_name(curr))
+                    format!("{}*{}", volt.path().display(), file_name(curr.path()))
                 }
             };
             debug!(chip, channel, zone, dir = %dir.display(), "hwmon sensor found");

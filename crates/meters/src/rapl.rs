@@ -14,7 +14,7 @@ use kepler_core::{
 };
 use tracing::{debug, warn};
 
-use crate::sysfs::{natural_cmp, read_text, read_u64, AttrError, ZoneFailures};
+use crate::sysfs::{natural_cmp, read_text, read_u64, Attr, AttrError, ZoneFailures};
 
 const MSR_PREFIX: &str = "intel-rapl:";
 const MMIO_PREFIX: &str = "intel-rapl-mmio:";
@@ -31,7 +31,7 @@ pub struct RaplMeter {
 struct RaplZone {
     zone: Arc<str>,
     path: Arc<str>,
-    energy_file: PathBuf,
+    energy_file: Attr,
     max: Option<MicroJoules>,
 }
 
@@ -79,9 +79,9 @@ impl RaplMeter {
                 debug!(dir = %c.dir.display(), zone, "RAPL zone left out by rapl.zones");
                 continue;
             }
-            let energy_file = c.dir.join("energy_uj");
-            if let Err(e) = read_u64(&energy_file, &mut buf) {
-                let reason = skip_reason(&energy_file, e)?;
+            let mut energy_file = Attr::new(c.dir.join("energy_uj"));
+            if let Err(e) = energy_file.read_u64(&mut buf) {
+                let reason = skip_reason(energy_file.path(), e)?;
                 warn!(reason, "skipping RAPL zone");
                 skipped.push(reason);
                 continue;
@@ -133,8 +133,8 @@ impl PowerMeter for RaplMeter {
         out: &mut Vec<ZoneReading>,
     ) -> Result<(), ReadError> {
         self.failures.begin();
-        for (i, z) in self.zones.iter().enumerate() {
-            let read = read_u64(&z.energy_file, &mut self.buf);
+        for (i, z) in self.zones.iter_mut().enumerate() {
+            let read = z.energy_file.read_u64(&mut self.buf);
             let Some(counter) = self.failures.note(i, read) else {
                 continue;
             };

@@ -2,8 +2,9 @@
 //! allocating on every tick, and ordering kernel object names the way people number them.
 
 use std::cmp::Ordering;
+use std::fs::File;
 use std::io::{self, Read};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use kepler_core::ReadError;
 
@@ -49,10 +50,13 @@ impl From<AttrError> for ReadError {
     }
 }
 
-/// Reads a whole attribute into `buf`, reusing its capacity. The file is reopened each time
-/// rather than kept open: a driver reload or a rewritten fixture file is then picked up, and
-/// the cost (one open per zone per tick) is negligible next to the tick interval.
+/// Reads a whole attribute into `buf`, reusing its capacity, from the file opened afresh.
 pub(crate) fn read_into(path: &Path, buf: &mut String) -> Result<(), AttrError> {
+    read_opened(path, buf).map(drop)
+}
+
+/// [`read_into`], returning the file it opened.
+fn read_opened(path: &Path, buf: &mut String) -> Result<File, AttrError> {
     buf.clear();
     let io = |source| AttrError::Io {
         path: path.display().to_string(),
@@ -76,7 +80,10 @@ pub(crate) fn read_into(path: &Path, buf: &mut String) -> Result<(), AttrError> 
         // Longer, or handed over in pieces: the rest as it comes, the whole bounded.
         bytes.extend_from_slice(head);
         let rest = kepler_sources::bounded::limits::PROC_FILE.saturating_sub(n);
-        file.take(rest as u64).read_to_end(&mut bytes).map_err(io)?;
+        (&mut file)
+            .take(rest as u64)
+            .read_to_end(&mut bytes)
+            .map_err(io)?;
     }
     let text = if bytes.is_empty() { head } else { &bytes };
     let text = std::str::from_utf8(text).map_err(|_| {
@@ -86,7 +93,72 @@ pub(crate) fn read_into(path: &Path, buf: &mut String) -> Result<(), AttrError> 
         ))
     })?;
     buf.push_str(text);
-    Ok(())
+    Ok(file)
+}
+
+/// An attribute a meter reads at every tick. On sysfs the file is held open and read again
+/// from its start, one `pread` instead of an open, a read and a close per zone and tick (the
+/// kernel makes the value afresh at each read from offset 0, and nothing can take the file's
+/// place under its name; when its driver goes away, reads of the held file fail and it is
+/// opened again by path). Anywhere else (fixture trees, simulators) it is opened at every
+/// read, as a file rewritten by rename would otherwise read stale.
+#[derive(Debug)]
+pub(crate) struct Attr {
+    path: PathBuf,
+    held: Option<File>,
+}
+
+impl Attr {
+    pub(crate) fn new(path: PathBuf) -> Self {
+        Attr { path, held: None }
+    }
+
+    pub(crate) fn path(&self) -> &Path {
+        &self.path
+    }
+
+    pub(crate) fn read_u64(&mut self, buf: &mut String) -> Result<u64, AttrError> {
+        self.read_into(buf)?;
+        parse_trimmed(&self.path, buf, "an unsigned integer")
+    }
+
+    pub(crate) fn read_i64(&mut self, buf: &mut String) -> Result<i64, AttrError> {
+        self.read_into(buf)?;
+        parse_trimmed(&self.path, buf, "an integer")
+    }
+
+    fn read_into(&mut self, buf: &mut String) -> Result<(), AttrError> {
+        if let Some(file) = &self.held {
+            if read_held(file, buf) {
+                return Ok(());
+            }
+            // Failed (the driver went away), longer than an attribute or not text: read by
+            // path as at first, which says what is wrong if anything still is.
+            self.held = None;
+        }
+        let file = read_opened(&self.path, buf)?;
+        if kepler_sources::bounded::is_sysfs(&file) {
+            self.held = Some(file);
+        }
+        Ok(())
+    }
+}
+
+/// Reads a held attribute again from its start into `buf`; false when that did not give the
+/// whole of it as text.
+fn read_held(file: &File, buf: &mut String) -> bool {
+    buf.clear();
+    let mut bytes = [0u8; 64];
+    let Ok(Some(n)) = kepler_sources::bounded::read_again_from_start(file, &mut bytes) else {
+        return false;
+    };
+    match bytes.get(..n).map(std::str::from_utf8) {
+        Some(Ok(text)) => {
+            buf.push_str(text);
+            true
+        }
+        _ => false,
+    }
 }
 
 pub(crate) fn read_u64(path: &Path, buf: &mut String) -> Result<u64, AttrError> {
@@ -280,5 +352,61 @@ mod tests {
         }
         std::fs::write(&p, b"\xff\n").unwrap();
         assert!(read_into(&p, &mut buf).is_err());
+    }
+
+    #[test]
+    fn an_attribute_off_sysfs_is_opened_at_every_read() {
+        // A simulator may replace its file by rename: a held file would read the old one.
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("energy_uj");
+        std::fs::write(&p, "5\n").unwrap();
+        let mut attr = Attr::new(p.clone());
+        let mut buf = String::new();
+        assert_eq!(attr.read_u64(&mut buf).unwrap(), 5);
+        assert!(attr.held.is_none());
+        let next = dir.path().join("next");
+        std::fs::write(&next, "7\n").unwrap();
+        std::fs::rename(&next, &p).unwrap();
+        assert_eq!(attr.read_u64(&mut buf).unwrap(), 7);
+        std::fs::remove_file(&p).unwrap();
+        assert!(attr.read_u64(&mut buf).is_err());
+    }
+
+    #[test]
+    fn a_held_attribute_that_fails_is_read_by_path_again() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("power1_input");
+        std::fs::write(&p, "9\n").unwrap();
+        // A descriptor whose reads fail, as a held file's do once its driver is gone.
+        let gone = tempfile::tempdir().unwrap();
+        let mut attr = Attr {
+            path: p,
+            held: Some(File::open(gone.path()).unwrap()),
+        };
+        let mut buf = String::new();
+        assert_eq!(attr.read_i64(&mut buf).unwrap(), 9);
+        assert!(attr.held.is_none(), "not on sysfs: not held again");
+    }
+
+    #[test]
+    fn a_sysfs_attribute_is_held_and_reads_its_value_afresh() {
+        // The loopback device's packet counter: a value that moves when asked to.
+        let p = Path::new("/sys/class/net/lo/statistics/tx_packets");
+        if !p.exists() {
+            eprintln!("skipped: no {}", p.display());
+            return;
+        }
+        let mut attr = Attr::new(p.to_path_buf());
+        let mut buf = String::new();
+        let before = attr.read_u64(&mut buf).unwrap();
+        assert!(attr.held.is_some(), "a sysfs file is held");
+        let socket = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+        let to = socket.local_addr().unwrap();
+        for _ in 0..3 {
+            socket.send_to(b"x", to).unwrap();
+        }
+        let after = attr.read_u64(&mut buf).unwrap();
+        assert!(attr.held.is_some());
+        assert!(after >= before + 3, "{before} then {after}: read stale");
     }
 }

@@ -7,6 +7,7 @@
 
 use std::fs::{File, OpenOptions};
 use std::io::{self, Read};
+use std::os::fd::AsRawFd;
 use std::os::unix::fs::{FileExt, OpenOptionsExt};
 use std::path::Path;
 
@@ -101,6 +102,24 @@ pub fn read_again_from_start(file: &File, buf: &mut [u8]) -> io::Result<Option<u
             Err(e) => return Err(e),
         }
     }
+}
+
+/// Whether `file` lives on sysfs. A sysfs attribute makes its value afresh at each read from
+/// its start and cannot be replaced by another file under its name, so a reader may hold it
+/// open; a file elsewhere (a fixture tree, a simulator's output) may be rewritten by rename.
+pub fn is_sysfs(file: &File) -> bool {
+    /// The kernel's `SYSFS_MAGIC` ("beer"), which the libc crate does not define.
+    const SYSFS_MAGIC: i64 = 0x6265_6572;
+    // SAFETY: an all-zero statfs is a valid value for fstatfs to overwrite.
+    let mut st: libc::statfs = unsafe { std::mem::zeroed() };
+    // SAFETY: the descriptor is open for `file`'s lifetime and `st` is a statfs.
+    if unsafe { libc::fstatfs(file.as_raw_fd(), &mut st) } != 0 {
+        return false;
+    }
+    // `f_type` is an i64 here but narrower on some targets.
+    #[allow(clippy::useless_conversion)]
+    let fs = i64::from(st.f_type);
+    fs == SYSFS_MAGIC
 }
 
 /// This process's soft limit on open descriptors, which bounds how many files a reader may
