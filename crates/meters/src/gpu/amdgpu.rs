@@ -12,7 +12,7 @@ use std::sync::Arc;
 use kepler_core::{DeviceInfo, ReadError, Unavailable, Watts};
 
 use super::{DeviceSample, GpuBackend, ProcessUse};
-use crate::sysfs::{natural_cmp, read_u64};
+use crate::sysfs::{natural_cmp, Attr};
 
 /// The registry name of the amdgpu meter.
 pub const NAME: &str = "amdgpu";
@@ -23,7 +23,7 @@ const AMD_VENDOR: &str = "0x1002";
 struct Card {
     info: Arc<DeviceInfo>,
     /// `power1_average` or `power1_input`, whichever the chip has.
-    power: PathBuf,
+    power: Attr,
     /// The PCI address DRM fdinfo names the device by (`drm-pdev`).
     pdev: String,
     /// Engine nanoseconds per (pid, client id) at the previous read: the baseline of deltas.
@@ -170,7 +170,7 @@ fn card(dir: &Path, name: &str) -> Result<Card, String> {
                 .into(),
             vendor: "amd".into(),
         }),
-        power,
+        power: Attr::new(power),
         pdev,
         previous: HashMap::new(),
     })
@@ -236,7 +236,7 @@ impl GpuBackend for AmdGpu {
             .cards
             .get_mut(i)
             .ok_or_else(|| ReadError::Other(format!("no amdgpu card {i}")))?;
-        let microwatts = read_u64(&card.power, &mut self.buf)?;
+        let microwatts = card.power.read_u64(&mut self.buf)?;
         // Engine time since the previous read per pid; a client seen for the first time is a
         // baseline (its earlier time belongs to earlier intervals).
         let mut used: HashMap<u32, u64> = HashMap::new();
