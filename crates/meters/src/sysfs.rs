@@ -106,11 +106,17 @@ fn read_opened(path: &Path, buf: &mut String) -> Result<File, AttrError> {
 pub(crate) struct Attr {
     path: PathBuf,
     held: Option<File>,
+    /// Found off sysfs at its first open: opened at every read, without asking again.
+    off_sysfs: bool,
 }
 
 impl Attr {
     pub(crate) fn new(path: PathBuf) -> Self {
-        Attr { path, held: None }
+        Attr {
+            path,
+            held: None,
+            off_sysfs: false,
+        }
     }
 
     pub(crate) fn path(&self) -> &Path {
@@ -137,8 +143,12 @@ impl Attr {
             self.held = None;
         }
         let file = read_opened(&self.path, buf)?;
-        if kepler_sources::bounded::is_sysfs(&file) {
-            self.held = Some(file);
+        if !self.off_sysfs {
+            if kepler_sources::bounded::is_sysfs(&file) {
+                self.held = Some(file);
+            } else {
+                self.off_sysfs = true;
+            }
         }
         Ok(())
     }
@@ -364,6 +374,10 @@ mod tests {
         let mut buf = String::new();
         assert_eq!(attr.read_u64(&mut buf).unwrap(), 5);
         assert!(attr.held.is_none());
+        assert!(
+            attr.off_sysfs,
+            "found off sysfs once, not asked at each read"
+        );
         let next = dir.path().join("next");
         std::fs::write(&next, "7\n").unwrap();
         std::fs::rename(&next, &p).unwrap();
@@ -382,6 +396,7 @@ mod tests {
         let mut attr = Attr {
             path: p,
             held: Some(File::open(gone.path()).unwrap()),
+            off_sysfs: false,
         };
         let mut buf = String::new();
         assert_eq!(attr.read_i64(&mut buf).unwrap(), 9);

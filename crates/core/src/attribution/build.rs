@@ -53,7 +53,8 @@ impl Attributor {
             },
             processes: {
                 // Sized once: a filtered collect grows by doubling and copies what it holds at
-                // each growth; with 1,000 processes the last growth copied ~120 KB a tick.
+                // each growth; with 1,060 processes the last growth copied 1,024 entries of
+                // 136 bytes (~140 KB) a tick.
                 let mut visible = Vec::with_capacity(self.processes.len());
                 visible.extend(
                     self.processes
