@@ -38,6 +38,7 @@ mod cgroups;
 mod child;
 mod exits;
 mod fdpass;
+mod live_table;
 mod loader;
 mod map_batch;
 mod map_read;

@@ -1,20 +1,19 @@
 //! Reading the whole process map each snapshot: in batches where the kernel allows it, else
-//! entry by entry, into buffers kept from one snapshot to the next (a map of thousands of
-//! entries would otherwise cost blocks above glibc's mmap threshold, mapped afresh per tick).
-
-use std::collections::HashMap;
-use std::hash::BuildHasher;
+//! entry by entry, into a [`LiveTable`] kept from one snapshot to the next (a map of thousands
+//! of entries would otherwise cost blocks above glibc's mmap threshold, mapped afresh per
+//! tick). Batches are written straight into the table's room, not copied from a buffer.
 
 use aya::maps::{HashMap as BpfHashMap, Map, MapData};
 
 use crate::abi::TaskTotals;
+use crate::live_table::LiveTable;
 use crate::map_batch::{BatchError, BatchMap, Checked, Chunk, Cursor};
 
-/// Entries per batch call at first: 512 × 100 bytes of buffers, allocated once. A bucket
-/// larger than that grows them.
+/// Entries per batch call at first. A bucket larger than that makes later calls ask for more.
 const FIRST_BATCH: usize = 512;
-/// Buffers never grow beyond this many entries (a bucket this large does not happen with the
-/// kernel's hash; the bound only keeps a misbehaving answer from growing them without end).
+/// Calls never ask for more than this many entries (a bucket this large does not happen with
+/// the kernel's hash; the bound only keeps a misbehaving answer from growing the room without
+/// end).
 const MAX_BATCH: usize = 1 << 16;
 
 /// The two ways of reading the process map; a seam so that tests can refuse batches.
@@ -92,9 +91,8 @@ pub(crate) struct ReadReport {
 pub(crate) struct TaskReader {
     /// `false` once the kernel refused a batch: it will not take one later either.
     batch_ok: bool,
-    first_batch: usize,
-    keys: Vec<u32>,
-    values: Vec<TaskTotals>,
+    /// Entries a batch call asks for.
+    batch: usize,
 }
 
 impl Default for TaskReader {
@@ -104,13 +102,11 @@ impl Default for TaskReader {
 }
 
 impl TaskReader {
-    /// A reader whose buffers start at `entries` (at least one).
+    /// A reader whose batch calls ask for `entries` (at least one) at first.
     pub(crate) fn with_first_batch(entries: usize) -> Self {
         TaskReader {
             batch_ok: true,
-            first_batch: entries.max(1),
-            keys: Vec::new(),
-            values: Vec::new(),
+            batch: entries.max(1),
         }
     }
 
@@ -120,12 +116,8 @@ impl TaskReader {
         self.batch_ok
     }
 
-    /// Fills `out` (cleared first, its capacity kept) with the map's entries by tgid.
-    pub(crate) fn read<S: BuildHasher>(
-        &mut self,
-        map: &impl TaskMap,
-        out: &mut HashMap<u32, TaskTotals, S>,
-    ) -> ReadReport {
+    /// Fills `out` (cleared first, its room kept) with the map's entries by tgid.
+    pub(crate) fn read(&mut self, map: &impl TaskMap, out: &mut LiveTable) -> ReadReport {
         out.clear();
         if self.batch_ok {
             match self.read_batched(map, out) {
@@ -138,8 +130,6 @@ impl TaskReader {
                 Err(BatchError::Unsupported(e)) => {
                     tracing::debug!(error = %e, "process map read entry by entry");
                     self.batch_ok = false;
-                    self.keys = Vec::new();
-                    self.values = Vec::new();
                 }
                 // A failure after part of the map was read: read it all again the old way.
                 Err(e) => tracing::warn!(error = %e, "batch read of the process map"),
@@ -161,26 +151,19 @@ impl TaskReader {
         report
     }
 
-    /// Entries the batch buffers hold now.
+    /// Entries a batch call asks for now.
     #[cfg(test)]
     pub(crate) fn batch_room(&self) -> usize {
-        self.keys.len()
+        self.batch
     }
 
-    fn read_batched<S: BuildHasher>(
-        &mut self,
-        map: &impl TaskMap,
-        out: &mut HashMap<u32, TaskTotals, S>,
-    ) -> Result<(), BatchError> {
-        if self.keys.is_empty() {
-            self.grow(self.first_batch);
-        }
+    fn read_batched(&mut self, map: &impl TaskMap, out: &mut LiveTable) -> Result<(), BatchError> {
         let mut from = None;
         loop {
-            match map.lookup_batch(from, &mut self.keys, &mut self.values) {
+            let (keys, values) = out.spare(self.batch);
+            match map.lookup_batch(from, keys, values) {
                 Ok(chunk) => {
-                    let keys = self.keys.iter().take(chunk.count);
-                    out.extend(keys.copied().zip(self.values.iter().copied()));
+                    out.commit(chunk.count);
                     match chunk.next {
                         // An answer that moves nothing would repeat for ever.
                         Some(next) if chunk.count == 0 && from == Some(next) => {
@@ -191,18 +174,13 @@ impl TaskReader {
                         None => return Ok(()),
                     }
                 }
-                // The same batch again, into buffers that hold the bucket.
-                Err(BatchError::NoSpace) if self.keys.len() < MAX_BATCH => {
-                    self.grow(self.keys.len() * 2);
+                // The same batch again, with room for the bucket.
+                Err(BatchError::NoSpace) if self.batch < MAX_BATCH => {
+                    self.batch = (self.batch * 2).min(MAX_BATCH);
                 }
                 Err(e) => return Err(e),
             }
         }
-    }
-
-    fn grow(&mut self, entries: usize) {
-        self.keys.resize(entries, 0);
-        self.values.resize(entries, TaskTotals::default());
     }
 }
 

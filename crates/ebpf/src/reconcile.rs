@@ -22,6 +22,7 @@ use self::baseline::Baselines;
 use self::kept::Kept;
 use self::recent::Recent;
 use crate::abi::{ExitRecord, TaskTotals};
+use crate::live_table::LiveTable;
 
 /// Snapshots an exited process's totals are kept after its report, to merge late pieces of the
 /// same group: one, the same hold the attribution gives an ended process it hides (kepler-core
@@ -136,7 +137,7 @@ impl Measured {
 #[derive(Clone, Debug, Default)]
 pub(crate) struct Observed {
     /// The process map, by tgid.
-    pub live: FastMap<u32, TaskTotals>,
+    pub live: LiveTable,
     /// The stretch each running group has been on its CPU so far, by (tgid, start_ns), read
     /// after the map. A step takes these out.
     pub running: FastMap<(u32, u64), u64>,
@@ -167,6 +168,14 @@ impl Reported {
         self.0 = self.0.max(reading_ns);
         self.0
     }
+}
+
+/// One live entry of a step, on the basis readings are taken on, with the running stretch read
+/// for it.
+struct LiveReading<'a> {
+    tgid: u32,
+    totals: &'a TaskTotals,
+    running_ns: u64,
 }
 
 /// A live process already described.
@@ -244,12 +253,11 @@ pub(crate) struct Reconciler {
     gc_every: usize,
     /// Snapshots merged so far (failed ones are not: they saw nothing).
     steps: u64,
-    /// Scratch space of a step, kept allocated: the live tasks with their running stretches,
-    /// and the idle tgids the collection of gone processes picks from. Each grows with the
-    /// process count; made afresh every snapshot they were blocks above glibc's mmap
-    /// threshold, faulted in anew. (`pending` is taken for the step and given back empty,
-    /// its allocation kept: one table of exits, not one filling while another is reported.)
-    tasks: Vec<(u32, TaskTotals, u64)>,
+    /// Scratch space of a step, kept allocated: the idle tgids the collection of gone
+    /// processes picks from. It grows with the process count; made afresh every snapshot it
+    /// was a block above glibc's mmap threshold, faulted in anew. (`pending` is taken for the
+    /// step and given back empty, its allocation kept: one table of exits, not one filling
+    /// while another is reported.)
     idle: Vec<u32>,
     /// Entries the kernel marked exited, and those of them this snapshot removed.
     marked: Vec<u32>,
@@ -272,7 +280,6 @@ impl Reconciler {
             gc_cursor: 0,
             gc_every: gc::GC_EVERY,
             steps: 0,
-            tasks: Vec::new(),
             idle: Vec::new(),
             marked: Vec::new(),
             removed: Vec::new(),
@@ -389,54 +396,37 @@ impl Reconciler {
         trim_vec(&mut gone, gc_removed as usize);
         self.gone = gone;
 
-        // A running task without an entry yet (on its CPU since before the first switch the
-        // program saw) is reported with its running stretch alone.
-        let mut tasks = std::mem::take(&mut self.tasks);
-        tasks.clear();
-        let basis = self.basis;
-        tasks.extend(live.iter().map(|(tgid, t)| {
-            let running_ns = running.remove(&(*tgid, t.start_ns)).unwrap_or(0);
-            (*tgid, basis.reading(t), running_ns)
-        }));
-        tasks.extend(running.drain().map(|((tgid, start_ns), ns)| {
-            let t = TaskTotals {
-                start_ns,
-                ..Default::default()
-            };
-            (tgid, t, ns)
-        }));
-
         // With the task iterator the first step reads every process's baseline and reports
         // none of them: relative to itself, each has used nothing yet.
         let first_iterator_step = self.iterator && self.steps == 1;
-        let mut processes = Vec::with_capacity(tasks.len() + exited.len());
-        for (tgid, t, running_ns) in &tasks {
-            let key = host.key(*tgid, t.start_ns);
-            // A piece of a group that already ended (a thread still leaving): its time comes
-            // in a later exit record and is reported with the group's final total.
-            if exited.contains_key(&key) {
-                continue;
-            }
-            // Held for as long as the leftover lasts, however fast snapshots follow each other:
-            // reported as live, its own small total would read as time going back.
-            if self.ended.refresh(&key) || self.began_unseen(&key) {
-                continue;
-            }
-            if first_iterator_step {
-                self.baselines.set(key, t, self.steps);
-                continue;
-            }
-            let since = self.baselines.live(key, t, self.steps);
-            // Quiet since the first snapshot. (One reported before stays reported, even if a
-            // pass missed a thread of it: a report never goes back.)
-            if !since.used && !self.reported_before(&key) {
-                continue;
-            }
-            processes.push(self.live_usage(host, key, &since.totals, *running_ns));
+        let mut processes = Vec::with_capacity(live.len() + running.len() + exited.len());
+        // Taken from the entries as they were read, not gathered into a list first: with
+        // 1,000 processes that list was a copy of ~150 KB a snapshot.
+        let basis = self.basis;
+        for (tgid, t) in live.iter() {
+            let running_ns = running.remove(&(*tgid, t.start_ns)).unwrap_or(0);
+            let reading = basis.reading(t);
+            let live = LiveReading {
+                tgid: *tgid,
+                totals: &reading,
+                running_ns,
+            };
+            self.take_live(host, live, &exited, first_iterator_step, &mut processes);
         }
-        let used = tasks.len();
-        trim_vec(&mut tasks, used);
-        self.tasks = tasks;
+        // A running task without an entry yet (on its CPU since before the first switch the
+        // program saw) is reported with its running stretch alone.
+        for ((tgid, start_ns), running_ns) in running.drain() {
+            let totals = TaskTotals {
+                start_ns,
+                ..Default::default()
+            };
+            let live = LiveReading {
+                tgid,
+                totals: &totals,
+                running_ns,
+            };
+            self.take_live(host, live, &exited, first_iterator_step, &mut processes);
+        }
         self.end_absent(*whole_pass, &mut processes);
         let n_exited = exited.len();
         self.ended.reserve(n_exited);
@@ -465,6 +455,41 @@ impl Reconciler {
             processes,
             gc_removed,
         }
+    }
+
+    /// Adds a live reading to `processes`, unless it is held back: a piece of a group that
+    /// ended, a group seen beginning before the first snapshot, the first iterator step's
+    /// baselines, or a process quiet since the first snapshot.
+    fn take_live(
+        &mut self,
+        host: &mut impl Host,
+        live: LiveReading<'_>,
+        exited: &Exits,
+        first_iterator_step: bool,
+        processes: &mut Vec<ProcessUsage>,
+    ) {
+        let key = host.key(live.tgid, live.totals.start_ns);
+        // A piece of a group that already ended (a thread still leaving): its time comes
+        // in a later exit record and is reported with the group's final total.
+        if exited.contains_key(&key) {
+            return;
+        }
+        // Held for as long as the leftover lasts, however fast snapshots follow each other:
+        // reported as live, its own small total would read as time going back.
+        if self.ended.refresh(&key) || self.began_unseen(&key) {
+            return;
+        }
+        if first_iterator_step {
+            self.baselines.set(key, live.totals, self.steps);
+            return;
+        }
+        let since = self.baselines.live(key, live.totals, self.steps);
+        // Quiet since the first snapshot. (One reported before stays reported, even if a
+        // pass missed a thread of it: a report never goes back.)
+        if !since.used && !self.reported_before(&key) {
+            return;
+        }
+        processes.push(self.live_usage(host, key, &since.totals, live.running_ns));
     }
 
     /// A live process's reading; described when first seen or when it moved to another cgroup.

@@ -600,8 +600,7 @@ impl UsageSource for EbpfSource {
         let described = self.gone_descriptions.len();
         self.gone_descriptions.clear();
         crate::reconcile::trim_map(&mut self.gone_descriptions, described);
-        let live = self.observed.live.len();
-        crate::reconcile::trim_map(&mut self.observed.live, live);
+        self.observed.live.trim();
         self.stats
             .gc_removed
             .fetch_add(step.gc_removed, Ordering::Relaxed);
@@ -622,7 +621,7 @@ mod tests {
     //! The I/O side's wiring, against the real maps (root only). The rules themselves are
     //! tested on the pure code in `reconcile`.
 
-    use std::collections::HashMap;
+    use crate::live_table::LiveTable;
 
     use super::*;
 
@@ -730,17 +729,17 @@ mod tests {
         // One entry per batch at first: the kernel refuses any bucket of two or more
         // (ENOSPC), so the buffers must grow for the read to finish.
         let mut reader = TaskReader::with_first_batch(1);
-        let mut batched = HashMap::new();
+        let mut batched = LiveTable::default();
         let report = reader.read(&map, &mut batched);
         assert!(report.batched, "this kernel takes batch lookups (5.6+)");
         assert_eq!(report.errors, 0);
         assert!(reader.batch_room() > 1, "some bucket held two entries");
-        let mut one_by_one = HashMap::new();
+        let mut one_by_one = LiveTable::default();
         map.for_each_entry(&mut |item| {
             let (tgid, t) = item.unwrap();
             one_by_one.insert(tgid, t);
         });
-        let mine = |m: &HashMap<u32, TaskTotals>| -> Vec<(u32, TaskTotals)> {
+        let mine = |m: &LiveTable| -> Vec<(u32, TaskTotals)> {
             let mut v: Vec<_> = m
                 .iter()
                 .filter(|(tgid, _)| **tgid > u32::MAX - N)
@@ -756,7 +755,7 @@ mod tests {
         assert!(batched.contains_key(&me) && one_by_one.contains_key(&me));
         // And the default reader, as snapshots use it, through the kept check.
         let mut reader = TaskReader::default();
-        let mut again = HashMap::new();
+        let mut again = LiveTable::default();
         let map = LoadedTasks::new(src.ebpf.map(names::TASKS).unwrap(), &mut layout);
         assert!(reader.read(&map, &mut again).batched);
         assert!(reader.batching());
@@ -967,7 +966,7 @@ mod tests {
         let more = 3 * crate::pass_out::FIRST_SLOTS;
         reads.out_mut().reserve(more).unwrap();
         assert_eq!(reads.out_mut().mapped(), more.next_power_of_two());
-        let again: FastMap<u32, TaskTotals> = reads
+        let again: LiveTable = reads
             .out_mut()
             .slots(from_output.len())
             .map(|slot| {

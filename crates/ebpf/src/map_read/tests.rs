@@ -3,7 +3,6 @@
 //! than the buffers, ENOENT at the end) or refuse batches.
 
 use std::cell::Cell;
-use std::collections::HashMap;
 use std::io;
 
 use super::*;
@@ -94,7 +93,7 @@ fn entries(n: u32) -> Vec<(u32, TaskTotals)> {
         .collect()
 }
 
-fn as_map(e: &[(u32, TaskTotals)]) -> HashMap<u32, TaskTotals> {
+fn as_map(e: &[(u32, TaskTotals)]) -> LiveTable {
     e.iter().copied().collect()
 }
 
@@ -103,7 +102,7 @@ fn batches_return_every_entry_across_many_calls() {
     let e = entries(3_000);
     let map = FakeMap::new(&e, 1_024);
     let mut reader = TaskReader::with_first_batch(64);
-    let mut out = HashMap::new();
+    let mut out = LiveTable::default();
     let report = reader.read(&map, &mut out);
     assert!(report.batched);
     assert_eq!(report.errors, 0);
@@ -122,10 +121,45 @@ fn a_bucket_larger_than_the_buffers_grows_them() {
     let e = entries(3_000);
     let map = FakeMap::new(&e, 4);
     let mut reader = TaskReader::with_first_batch(8);
-    let mut out = HashMap::new();
+    let mut out = LiveTable::default();
     assert!(reader.read(&map, &mut out).batched);
     assert_eq!(out, as_map(&e));
-    assert!(reader.keys.len() >= 750, "{}", reader.keys.len());
+    assert!(reader.batch_room() >= 750, "{}", reader.batch_room());
+}
+
+#[test]
+fn reads_write_into_the_same_room_every_snapshot() {
+    let e = entries(3_000);
+    let map = FakeMap::new(&e, 1_024);
+    let mut reader = TaskReader::with_first_batch(64);
+    let mut out = LiveTable::default();
+    reader.read(&map, &mut out);
+    let slots = out.slots();
+    for _ in 0..3 {
+        reader.read(&map, &mut out);
+        assert_eq!(out, as_map(&e));
+    }
+    assert_eq!(out.slots(), slots, "no more room taken");
+    assert!(slots < 3_000 + 2 * 64, "{slots} slots for 3,000 entries");
+}
+
+#[test]
+fn a_tgid_answered_twice_is_held_once_with_the_later_reading() {
+    // The kernel starts a listing over when the entry it stands on is deleted; a batch answer
+    // may then repeat a tgid, as this bucket does.
+    let mut e = entries(100);
+    let later = TaskTotals {
+        cpu_ns: 1_000_000,
+        ..e[6].1
+    };
+    e.push((7, later));
+    let map = FakeMap::new(&e, 16);
+    let mut reader = TaskReader::default();
+    let mut out = LiveTable::default();
+    assert!(reader.read(&map, &mut out).batched);
+    assert_eq!(out.len(), 100);
+    assert_eq!(out.get(&7), Some(&later));
+    assert_eq!(out, as_map(&e));
 }
 
 #[test]
@@ -138,7 +172,7 @@ fn refused_batches_fall_back_for_good() {
         let mut map = FakeMap::new(&e, 64);
         map.refuse = Some(refusal);
         let mut reader = TaskReader::default();
-        let mut out = HashMap::new();
+        let mut out = LiveTable::default();
         let report = reader.read(&map, &mut out);
         assert!(!report.batched);
         assert_eq!(out, as_map(&e));
@@ -157,7 +191,7 @@ fn a_failure_midway_reads_entry_by_entry_this_time_only() {
     let mut map = FakeMap::new(&e, 1_024);
     map.fail_after = Some(3);
     let mut reader = TaskReader::with_first_batch(64);
-    let mut out = HashMap::new();
+    let mut out = LiveTable::default();
     let report = reader.read(&map, &mut out);
     assert!(!report.batched);
     assert_eq!(

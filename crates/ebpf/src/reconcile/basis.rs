@@ -7,8 +7,9 @@ use std::time::Duration;
 use kepler_core::{ProcessKey, ProcessUsage};
 
 use super::kept::Kept;
-use super::{Ended, FastMap, Keys, Reconciler, Reported};
+use super::{Ended, Keys, Reconciler, Reported};
 use crate::abi::TaskTotals;
+use crate::live_table::LiveTable;
 
 /// A pass reads each live group two ways (`bpf/kepler.bpf.c`, `kepler_iter`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -45,7 +46,7 @@ impl Reconciler {
     /// step (both readings of each group): each live process's baseline moves by what the two
     /// differ, so that what it reports goes on from where it was. Before the first step
     /// (`live` empty) this only sets the basis.
-    pub(crate) fn rebase(&mut self, keys: &impl Keys, live: &FastMap<u32, TaskTotals>, to: Basis) {
+    pub(crate) fn rebase(&mut self, keys: &impl Keys, live: &LiveTable, to: Basis) {
         if to == self.basis {
             return;
         }

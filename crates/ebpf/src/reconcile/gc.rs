@@ -5,8 +5,9 @@ use std::time::Duration;
 
 use kepler_core::ProcessKey;
 
-use super::{FastMap, Host, Reconciler};
+use super::{Host, Reconciler};
 use crate::abi::TaskTotals;
+use crate::live_table::LiveTable;
 
 /// Each live entry that did not move since the previous snapshot is checked against /proc
 /// about once in this long, to collect those whose process is gone. A period rather than a
@@ -49,7 +50,7 @@ impl Reconciler {
     pub(super) fn collect_gone(
         &mut self,
         host: &mut impl Host,
-        live: &FastMap<u32, TaskTotals>,
+        live: &LiveTable,
     ) -> Vec<(ProcessKey, TaskTotals)> {
         let mut gone = std::mem::take(&mut self.gone);
         gone.clear();

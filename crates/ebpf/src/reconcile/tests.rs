@@ -955,7 +955,7 @@ fn on_the_kernel_basis_a_process_gone_from_a_whole_pass_has_ended() {
     let mut rec = reconciler();
     let mut host = Fake::default();
     rec.use_iterator();
-    rec.rebase(&host, &FastMap::default(), Basis::Kernel);
+    rec.rebase(&host, &LiveTable::default(), Basis::Kernel);
     rec.iterator_snapshot(Duration::from_secs(10));
     rec.step(
         &mut host,
@@ -996,7 +996,7 @@ fn on_the_kernel_basis_only_records_of_groups_no_pass_met_are_reported() {
     rec.iterator_snapshot(Duration::from_secs(10));
     rec.step(&mut host, &mut pass(&[(7, both(SEC, 100, 100))]));
     rec.step(&mut host, &mut pass(&[(7, both(SEC, 160, 160))]));
-    rec.rebase(&host, &FastMap::default(), Basis::Kernel);
+    rec.rebase(&host, &LiveTable::default(), Basis::Kernel);
     rec.queue_exits(
         &host,
         [

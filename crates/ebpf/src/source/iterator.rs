@@ -11,10 +11,11 @@ use kepler_core::ReadError;
 use super::{Accounting, EbpfSource};
 use crate::abi::{kstat, names, PassFill, TaskTotals};
 use crate::exits::Rates;
+use crate::live_table::LiveTable;
 use crate::mapped::{map_array, Mapping};
 use crate::pass_out::PassOut;
 use crate::probes::OptionalProbe;
-use crate::reconcile::{Basis, FastMap, Keys};
+use crate::reconcile::{Basis, Keys};
 use crate::{proc, unseen, HostLoad};
 
 /// Why the source stays with `sched_switch` when it weighed the host.
@@ -146,7 +147,7 @@ impl EbpfSource {
             .store(basis == Basis::Kernel, Ordering::Relaxed);
         self.reconciler.use_iterator();
         self.reconciler
-            .rebase(&self.procfs, &FastMap::default(), basis);
+            .rebase(&self.procfs, &LiveTable::default(), basis);
         tracing::info!(
             exits = match basis {
                 Basis::FinalSwitch => "exact (kepler_exit)",

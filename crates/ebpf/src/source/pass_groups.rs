@@ -9,7 +9,7 @@ use std::sync::Arc;
 use kepler_core::WorkloadIdentity;
 use kepler_sources::cgroups::Uncounted;
 
-use crate::abi::TaskTotals;
+use crate::live_table::LiveTable;
 use crate::reconcile::FastMap;
 
 /// The cgroup that counts a group, as read from its `/proc/<pid>/cgroup`.
@@ -47,7 +47,7 @@ pub(super) struct PassGroups {
 
 impl PassGroups {
     /// The tgids of the last pass that `live` (a whole pass since) does not hold.
-    pub(super) fn gone(&self, live: &FastMap<u32, TaskTotals>) -> Vec<u32> {
+    pub(super) fn gone(&self, live: &LiveTable) -> Vec<u32> {
         self.groups
             .iter()
             .map(|g| g.tgid)
@@ -59,7 +59,7 @@ impl PassGroups {
     /// `read` (a new name's workload is what `classify` makes of its path).
     pub(super) fn update(
         &mut self,
-        live: &FastMap<u32, TaskTotals>,
+        live: &LiveTable,
         mut read: impl FnMut(u32) -> GroupCgroup,
         mut classify: impl FnMut(&str) -> WorkloadIdentity,
     ) {
@@ -176,8 +176,9 @@ impl PassGroups {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::abi::TaskTotals;
 
-    fn live(groups: &[(u32, u64, u64)]) -> FastMap<u32, TaskTotals> {
+    fn live(groups: &[(u32, u64, u64)]) -> LiveTable {
         groups
             .iter()
             .map(|&(tgid, start_ns, cgroup_id)| {
