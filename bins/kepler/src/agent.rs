@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result};
 use kepler_core::{
     AttributionConfig, Attributor, Background, Catalogue, ComponentHealth, ComponentKind, Health,
-    MicroJoules, RepeatLog, StopSignal, TerminatedPolicy, UnusableReason,
+    MicroJoules, PowerSnapshot, RepeatLog, StopSignal, TerminatedPolicy, UnusableReason,
 };
 use kepler_exporters::on_demand::Wait;
 use kepler_exporters::{
@@ -141,6 +141,7 @@ pub fn run(config: Config) -> Result<()> {
         reader_gone: reader_gone.clone(),
         failed_ticks: RepeatLog::default(),
         started: Instant::now(),
+        published: None,
     };
     // `monitor.interval: 0` is upstream's refresh-on-scrape mode, bounded by `staleness`.
     let on_demand = config
@@ -316,6 +317,9 @@ struct Ticker {
     /// A source that fails every tick is logged once a minute, not every tick.
     failed_ticks: RepeatLog,
     started: Instant,
+    /// The snapshot published last, held so that it can be handed back to the sampler once
+    /// the next one replaced it and no scrape still reads it.
+    published: Option<Arc<PowerSnapshot>>,
 }
 
 impl Ticker {
@@ -342,6 +346,12 @@ impl Ticker {
                 };
                 if publish(&mut self.outputs, &publication) {
                     self.reader_gone.notify_one();
+                }
+                // The outputs hold the new snapshot now. The one before it, unless a scrape
+                // still reads it, gives the next snapshot its process list's allocation.
+                let previous = self.published.replace(publication.snapshot.clone());
+                if let Some(Ok(previous)) = previous.map(Arc::try_unwrap) {
+                    self.sampler.recycle(previous);
                 }
                 // Each exited process leaves small blocks freed in the sampler thread's arena
                 // (its reading's boxed counters above all); after thousands in one tick, glibc

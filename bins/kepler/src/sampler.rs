@@ -114,6 +114,12 @@ impl Sampler {
         self
     }
 
+    /// Takes back a snapshot nothing reads any more, for the next one to be built in (see
+    /// [`Attributor::recycle`]).
+    pub fn recycle(&mut self, snapshot: PowerSnapshot) {
+        self.attributor.recycle(snapshot);
+    }
+
     /// How many exited processes the last tick's usage listed.
     pub fn exited_last_tick(&self) -> usize {
         self.exited_last_tick

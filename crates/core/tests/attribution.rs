@@ -627,3 +627,88 @@ proptest! {
         }
     }
 }
+
+/// `n` processes (pids 1..=n, started at 1 s) that each used `cpu_ms` so far.
+fn many(n: u32, cpu_ms: u64, i: &Arc<ProcessInfo>) -> Vec<(u32, u64, u64, Arc<ProcessInfo>)> {
+    (1..=n).map(|pid| (pid, 1, cpu_ms, i.clone())).collect()
+}
+
+fn sorted_processes(s: &PowerSnapshot) -> Vec<ProcessPower> {
+    let mut v = s.processes.clone();
+    v.sort_by_key(|p| p.key);
+    v
+}
+
+#[test]
+fn a_recycled_snapshot_gives_the_next_one_its_list_and_changes_nothing_in_it() {
+    let i = info(Some(container("c1", Some("p1"))), None);
+    let mut recycling = Attributor::new(AttributionConfig::default());
+    let mut plain = Attributor::new(AttributionConfig::default());
+    let mut previous: Option<PowerSnapshot> = None;
+    let mut reused = 0;
+    for t in 0..4u64 {
+        let listing = usage(100 + t, 10 + t, many(1_500, 1_000 * (t + 1), &i));
+        let energy = [zone("package", 5_000_000)];
+        let tick = || Tick {
+            usage: &listing,
+            energy: Some(&energy),
+            interval: Duration::from_secs(1),
+        };
+        let held = previous.take();
+        let list = held.as_ref().map(|s| s.processes.as_ptr());
+        if let Some(held) = held {
+            recycling.recycle(held);
+        }
+        let mine = recycling.tick(tick());
+        let theirs = plain.tick(tick());
+        assert_eq!(
+            sorted_processes(&mine),
+            sorted_processes(&theirs),
+            "tick {t}"
+        );
+        assert_eq!(mine.zones, theirs.zones);
+        assert_eq!(mine.containers, theirs.containers);
+        assert_eq!(mine.processes.len(), 1_500);
+        if list == Some(mine.processes.as_ptr()) {
+            reused += 1;
+        }
+        previous = Some(mine);
+    }
+    assert_eq!(
+        reused, 3,
+        "every tick after the first is built in the list handed back"
+    );
+}
+
+#[test]
+fn a_recycled_list_left_from_a_burst_is_cut_back() {
+    let i = info(None, None);
+    let mut a = Attributor::new(AttributionConfig::default());
+    let burst = a.tick(Tick {
+        usage: &usage(100, 10, many(20_000, 1_000, &i)),
+        energy: None,
+        interval: Duration::from_secs(1),
+    });
+    let burst_capacity = burst.processes.capacity();
+    assert!(burst_capacity >= 20_000);
+    // The burst is over before its list comes back: 10 processes left.
+    for t in 1..3 {
+        a.tick(Tick {
+            usage: &usage(100 + t, 10 + t, many(10, 1_000 * (t + 1), &i)),
+            energy: None,
+            interval: Duration::from_secs(1),
+        });
+    }
+    a.recycle(burst);
+    let next = a.tick(Tick {
+        usage: &usage(103, 13, many(10, 4_000, &i)),
+        energy: None,
+        interval: Duration::from_secs(1),
+    });
+    assert_eq!(next.processes.len(), 10);
+    assert!(
+        next.processes.capacity() < burst_capacity / 4,
+        "{} of {burst_capacity}",
+        next.processes.capacity()
+    );
+}
