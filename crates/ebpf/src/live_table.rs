@@ -144,16 +144,20 @@ impl LiveTable {
         }
     }
 
-    /// Cuts the arrays and the index back after a burst (see [`kepler_core::scratch`]); under
-    /// a steady load nothing changes.
-    pub(crate) fn trim(&mut self) {
+    /// Cuts the arrays and the index back after a burst (see [`kepler_core::scratch`]),
+    /// keeping `room` slots beyond the entries for the next read to write into: a batch read
+    /// asks for that much room whatever the map holds, so cutting it away on a quiet host
+    /// would only have it allocated and zeroed again at the next read. Under a steady load
+    /// nothing changes.
+    pub(crate) fn trim(&mut self, room: usize) {
         trim_map(&mut self.index, self.len);
+        let used = self.len.saturating_add(room);
         let entry_bytes = std::mem::size_of::<TaskTotals>() + std::mem::size_of::<u32>();
-        if oversized(self.totals.len(), self.len, entry_bytes) {
-            self.tgids.truncate(self.len);
-            self.totals.truncate(self.len);
-            trim_vec(&mut self.tgids, self.len);
-            trim_vec(&mut self.totals, self.len);
+        if oversized(self.totals.len(), used, entry_bytes) {
+            self.tgids.truncate(used);
+            self.totals.truncate(used);
+            trim_vec(&mut self.tgids, used);
+            trim_vec(&mut self.totals, used);
         }
     }
 
@@ -282,15 +286,42 @@ mod tests {
     #[test]
     fn room_kept_after_a_burst_is_cut_back_and_steady_room_is_not() {
         let mut table: LiveTable = (1..=20_000).map(|t| (t, reading(0))).collect();
-        table.trim();
+        table.trim(512);
         assert!(table.slots() >= 20_000, "steady: kept");
         table.retain(|tgid, _| *tgid <= 100);
-        table.trim();
+        table.trim(512);
         assert!(table.slots() < 20_000, "{}", table.slots());
+        assert!(
+            table.slots() >= 100 + 512,
+            "a read's room stays: {}",
+            table.slots()
+        );
         assert_eq!(table.len(), 100);
         assert_eq!(cpu(&table, 100), Some(0));
         table.insert(20_000, reading(1));
         assert_eq!(cpu(&table, 20_000), Some(1));
+    }
+
+    #[test]
+    fn a_quiet_table_keeps_a_reads_room() {
+        // ~20 processes and a batch's room of 512 slots (~70 KB, above the floor under which
+        // nothing is cut back): cut to its entries, the next read would allocate it again.
+        let mut table = LiveTable::default();
+        let (tgids, _) = table.spare(512);
+        for (tgid, slot) in (1..=20).zip(tgids.iter_mut()) {
+            *slot = tgid;
+        }
+        table.commit(20);
+        let slots = table.slots();
+        assert_eq!(slots, 512);
+        for _ in 0..3 {
+            table.trim(512);
+            assert_eq!(table.slots(), slots);
+            table.clear();
+            table.spare(512);
+            table.commit(20);
+            assert_eq!(table.len(), 20);
+        }
     }
 
     #[test]

@@ -600,7 +600,7 @@ impl UsageSource for EbpfSource {
         let described = self.gone_descriptions.len();
         self.gone_descriptions.clear();
         crate::reconcile::trim_map(&mut self.gone_descriptions, described);
-        self.observed.live.trim();
+        self.observed.live.trim(self.reader.batch_room());
         self.stats
             .gc_removed
             .fetch_add(step.gc_removed, Ordering::Relaxed);
