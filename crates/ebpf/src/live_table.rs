@@ -22,6 +22,9 @@ pub(crate) struct LiveTable {
     tgids: Vec<u32>,
     totals: Vec<TaskTotals>,
     len: usize,
+    /// The end of the room the last [`Self::spare`] gave: a commit takes no slot beyond it,
+    /// whatever count it is told (the arrays may hold more room, with older readings).
+    room_end: usize,
     /// The slot of each tgid held.
     index: FastMap<u32, u32>,
 }
@@ -29,6 +32,7 @@ pub(crate) struct LiveTable {
 impl LiveTable {
     pub(crate) fn clear(&mut self) {
         self.len = 0;
+        self.room_end = 0;
         self.index.clear();
     }
 
@@ -97,6 +101,7 @@ impl LiveTable {
             self.tgids.resize(end, 0);
             self.totals.resize(end, TaskTotals::default());
         }
+        self.room_end = end;
         let tgids = self.tgids.get_mut(self.len..end).unwrap_or_default();
         let totals = self.totals.get_mut(self.len..end).unwrap_or_default();
         (tgids, totals)
@@ -104,16 +109,18 @@ impl LiveTable {
 
     /// Takes the first `count` slots of the room [`Self::spare`] gave as entries (fewer if
     /// `count` is more than the room). A tgid already held keeps the later reading, in its
-    /// first slot.
+    /// first slot. The room is then closed: a second commit takes nothing.
     pub(crate) fn commit(&mut self, count: usize) {
         let end = self
             .len
             .saturating_add(count)
+            .min(self.room_end)
             .min(self.tgids.len())
             .min(self.totals.len());
         for from in self.len..end {
             self.take(from);
         }
+        self.room_end = self.len;
     }
 
     /// Takes the entry in slot `from` (at or after the next free slot) into the table: into
@@ -205,6 +212,8 @@ impl PartialEq for LiveTable {
 
 #[cfg(test)]
 mod tests {
+    use proptest::prelude::*;
+
     use super::*;
 
     fn reading(cpu_ns: u64) -> TaskTotals {
@@ -256,6 +265,16 @@ mod tests {
         table.commit(1_000);
         assert_eq!(table.len(), 5);
         assert_eq!(cpu(&table, 5), Some(0));
+        // Nor beyond a smaller room than the arrays hold from earlier reads: their old
+        // readings are not entries.
+        table.clear();
+        let (tgids, _) = table.spare(1);
+        tgids[0] = 8;
+        table.commit(4);
+        let held: Vec<u32> = table.keys().copied().collect();
+        assert_eq!(held, [8]);
+        table.commit(4);
+        assert_eq!(table.len(), 1, "a room is taken once");
     }
 
     #[test]
@@ -321,6 +340,94 @@ mod tests {
             table.spare(512);
             table.commit(20);
             assert_eq!(table.len(), 20);
+        }
+    }
+
+    /// What a test does to a table, and to the plain map it is checked against.
+    #[derive(Clone, Debug)]
+    enum Op {
+        Insert(u32, u64),
+        /// A read that writes these entries into the room of `room` slots and reports `count`
+        /// of them (more than it wrote, or than the room, as a misbehaving answer may).
+        Read {
+            room: usize,
+            entries: Vec<(u32, u64)>,
+            count: usize,
+        },
+        Retain(u32),
+        Clear,
+        Trim(usize),
+    }
+
+    fn op() -> impl Strategy<Value = Op> {
+        // Few distinct tgids, so that repeats within a read and across reads are common.
+        let tgid = 0u32..40;
+        prop_oneof![
+            (tgid.clone(), any::<u64>()).prop_map(|(t, c)| Op::Insert(t, c)),
+            (
+                0usize..64,
+                prop::collection::vec((tgid, any::<u64>()), 0..64),
+                0usize..80
+            )
+                .prop_map(|(room, entries, count)| Op::Read {
+                    room,
+                    entries,
+                    count
+                }),
+            (1u32..5).prop_map(Op::Retain),
+            Just(Op::Clear),
+            (0usize..600).prop_map(Op::Trim),
+        ]
+    }
+
+    proptest! {
+        #[test]
+        fn the_table_holds_what_a_plain_map_holds(ops in prop::collection::vec(op(), 1..60)) {
+            let mut table = LiveTable::default();
+            let mut model: std::collections::HashMap<u32, u64> = Default::default();
+            for op in ops {
+                match op {
+                    Op::Insert(tgid, cpu_ns) => {
+                        table.insert(tgid, reading(cpu_ns));
+                        model.insert(tgid, cpu_ns);
+                    }
+                    Op::Read { room, entries, count } => {
+                        let (tgids, totals) = table.spare(room);
+                        prop_assert_eq!(tgids.len(), room);
+                        let written = entries.len().min(room);
+                        for (i, (tgid, cpu_ns)) in entries.iter().take(written).enumerate() {
+                            tgids[i] = *tgid;
+                            totals[i] = reading(*cpu_ns);
+                        }
+                        // What the room held beyond the written slots is taken as it is.
+                        let taken = count.min(room);
+                        let (tgids, totals) = (tgids.to_vec(), totals.to_vec());
+                        table.commit(count);
+                        for i in 0..taken {
+                            model.insert(tgids[i], totals[i].cpu_ns);
+                        }
+                    }
+                    Op::Retain(k) => {
+                        table.retain(|tgid, _| tgid % k == 0);
+                        model.retain(|tgid, _| tgid % k == 0);
+                    }
+                    Op::Clear => {
+                        table.clear();
+                        model.clear();
+                    }
+                    Op::Trim(room) => table.trim(room),
+                }
+                prop_assert_eq!(table.len(), model.len());
+                let mut seen = std::collections::HashSet::new();
+                for (tgid, t) in table.iter() {
+                    prop_assert!(seen.insert(*tgid), "tgid {} held twice", tgid);
+                    prop_assert_eq!(Some(&t.cpu_ns), model.get(tgid));
+                }
+                for (tgid, cpu_ns) in &model {
+                    prop_assert!(table.contains_key(tgid));
+                    prop_assert_eq!(cpu(&table, *tgid), Some(*cpu_ns));
+                }
+            }
         }
     }
 
