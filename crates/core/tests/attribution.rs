@@ -654,11 +654,15 @@ fn a_recycled_snapshot_gives_the_next_one_its_list_and_changes_nothing_in_it() {
             energy: Some(&energy),
             interval: Duration::from_secs(1),
         };
-        let held = previous.take();
-        let list = held.as_ref().map(|s| s.processes.as_ptr());
-        if let Some(held) = held {
+        // The list handed back is marked by a capacity no fresh list of 1,500 has (an
+        // address would not do: a freed list's block is often handed out again at the same
+        // address).
+        let marked = previous.take().map(|mut held| {
+            held.processes.reserve_exact(100);
+            let capacity = held.processes.capacity();
             recycling.recycle(held);
-        }
+            capacity
+        });
         let mine = recycling.tick(tick());
         let theirs = plain.tick(tick());
         assert_eq!(
@@ -669,8 +673,11 @@ fn a_recycled_snapshot_gives_the_next_one_its_list_and_changes_nothing_in_it() {
         assert_eq!(mine.zones, theirs.zones);
         assert_eq!(mine.containers, theirs.containers);
         assert_eq!(mine.processes.len(), 1_500);
-        if list == Some(mine.processes.as_ptr()) {
-            reused += 1;
+        if let Some(marked) = marked {
+            assert_ne!(theirs.processes.capacity(), marked);
+            if mine.processes.capacity() == marked {
+                reused += 1;
+            }
         }
         previous = Some(mine);
     }
@@ -706,6 +713,10 @@ fn a_recycled_list_left_from_a_burst_is_cut_back() {
         interval: Duration::from_secs(1),
     });
     assert_eq!(next.processes.len(), 10);
+    assert!(
+        next.processes.capacity() > 10,
+        "the list cut back is the one built in, not a fresh one"
+    );
     assert!(
         next.processes.capacity() < burst_capacity / 4,
         "{} of {burst_capacity}",
