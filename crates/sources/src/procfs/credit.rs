@@ -10,8 +10,10 @@
 //! including threads that have ended, in clock ticks. The main thread's runtime is the group's
 //! CPU time over an interval only when no other thread lived in it: the process had one thread
 //! at its last `stat` read and no task was created anywhere on the node since the previous scan
-//! (`/proc/stat`'s `processes` did not move), so none can have started and ended unseen. Only
-//! then is the leader's delta credited, exactly, in ns.
+//! (`/proc/stat`'s `processes` did not move), so none can have started and ended unseen; or it
+//! is a kernel thread, whose group never has another thread, read through a `schedstat` held
+//! since before (so the pid cannot have gone to another process). Only then is the leader's
+//! delta credited, exactly, in ns.
 //!
 //! A `stat` read credits `max(credited, stat time)`. So what is credited never goes back, and
 //! never runs ahead of the truth R (the group's runtime: the leader's delta is at most R's, and
@@ -62,7 +64,8 @@ impl Credit {
 
     /// Whether the leader's runtime read in scan `generation` may stand for the process: it
     /// had one thread at its last `stat` read and the leader was read in the scan before. The
-    /// caller adds that no task was created since that scan.
+    /// caller adds that no task was created since that scan, or that the process is a kernel
+    /// thread read through a held file.
     pub fn leader_suffices(&self, generation: u64) -> bool {
         self.single()
             && self

@@ -3,12 +3,17 @@
 //! sets the fork count, and this host's `/proc`, where the kernel does.
 
 use std::fs;
+use std::os::unix::fs::symlink;
+use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
 use kepler_core::{NoWorkloads, UsageSource};
 
-use super::held_tests::{alone, fork_counted_tree, seen, set_forks, spawn, truth};
+use super::held_tests::{
+    alone, fixture_root, fork_counted_tree, link, seen, set_forks, spawn, truth,
+};
+use super::parse::PF_KTHREAD;
 use super::ProcfsSource;
 
 const TICK: Duration = Duration::from_millis(10);
@@ -110,6 +115,97 @@ fn read_through_the_main_thread(held_cap: Option<usize>) {
     set_forks(root.path(), 11);
     scan(&mut source);
     assert!(!whole_ticks(scan(&mut source)));
+}
+
+/// Writes `<dir>/stat` as `pid`'s, but flagged a kernel thread and with `ticks` of CPU time.
+fn write_kernel_thread_stat(dir: &Path, pid: u32, ticks: u64) {
+    let text = fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+    let (_, after_comm) = text.rsplit_once(") ").unwrap();
+    let mut fields: Vec<String> = after_comm.split(' ').map(str::to_owned).collect();
+    // After the comm: state, ppid, pgrp, session, tty, tpgid, flags, 4 fault counts, utime,
+    // stime.
+    let flags: u64 = fields[6].parse().unwrap();
+    fields[6] = (flags | PF_KTHREAD).to_string();
+    fields[11] = ticks.to_string();
+    fields[12] = "0".into();
+    let line = format!("{pid} (kworker/9:9) {}", fields.join(" "));
+    fs::write(dir.join("stat"), line).unwrap();
+}
+
+/// Kernel threads never gain a thread, so theirs is read through a held `schedstat` even
+/// while tasks start on the node, until a `stat` is due; a user process beside them goes on
+/// being read through `stat`. The "kernel thread" is a fixture `stat` flagged as one, over a
+/// real burner's `schedstat`.
+#[test]
+fn a_kernel_thread_is_read_through_its_main_thread_while_tasks_start() {
+    let burner = spawn("while :; do :; done");
+    let pid = burner.0.id();
+    let root = fixture_root();
+    let kthread = root.path().join("4403");
+    fs::create_dir(&kthread).unwrap();
+    write_kernel_thread_stat(&kthread, pid, 0);
+    symlink(format!("/proc/{pid}/schedstat"), kthread.join("schedstat")).unwrap();
+    fs::write(kthread.join("cgroup"), "0::/\n").unwrap();
+    link(root.path(), 4404, pid);
+    let mut source = ProcfsSource::new(root.path().to_path_buf(), Arc::new(NoWorkloads)).unwrap();
+    source.reader.count_fixture_forks();
+    source.schedstat_counts = true;
+    let mut forks = 10;
+    let mut scan = |source: &mut ProcfsSource| {
+        // A task started before every scan.
+        forks += 1;
+        set_forks(root.path(), forks);
+        run_a_while(pid);
+        let snapshot = source.snapshot().unwrap();
+        let user = seen(&snapshot, 4404).0;
+        assert!(whole_ticks(user), "the user process read through stat");
+        seen(&snapshot, 4403).0
+    };
+    // The first scan reads `stat`, and the main thread's runtime after it.
+    assert_eq!(scan(&mut source), Duration::ZERO);
+    assert!(source
+        .cache
+        .get(&4403)
+        .is_some_and(|c| c.schedstat.is_some()));
+    // Then the main thread's runtime, in ns: what it ran since the first scan.
+    let mut last = Duration::ZERO;
+    for _ in 0..3 {
+        let cpu = scan(&mut source);
+        assert!(!whole_ticks(cpu) && cpu > last, "{cpu:?} after {last:?}");
+        assert!(cpu <= runtime(pid));
+        last = cpu;
+    }
+    // 30 s on, a `stat` is due: it is read (the fixture's now says more than was credited),
+    // then the main thread again.
+    let ahead = last.as_millis() as u64 / 10 + 100;
+    write_kernel_thread_stat(&kthread, pid, ahead);
+    fs::write(root.path().join("uptime"), "131.00 0.00\n").unwrap();
+    assert_eq!(scan(&mut source), TICK * ahead as u32);
+    let cpu = scan(&mut source);
+    assert!(!whole_ticks(cpu) && cpu > TICK * ahead as u32, "{cpu:?}");
+}
+
+/// Without a held `schedstat` (none may be held here) a kernel thread is read through `stat`
+/// while tasks start: by path, its pid could name another process by now.
+#[test]
+fn a_kernel_thread_without_a_held_schedstat_is_read_through_stat_while_tasks_start() {
+    let burner = spawn("while :; do :; done");
+    let pid = burner.0.id();
+    let root = fixture_root();
+    let kthread = root.path().join("4405");
+    fs::create_dir(&kthread).unwrap();
+    write_kernel_thread_stat(&kthread, pid, 7);
+    symlink(format!("/proc/{pid}/schedstat"), kthread.join("schedstat")).unwrap();
+    fs::write(kthread.join("cgroup"), "0::/\n").unwrap();
+    let mut source = ProcfsSource::new(root.path().to_path_buf(), Arc::new(NoWorkloads)).unwrap();
+    source.reader.count_fixture_forks();
+    source.schedstat_counts = true;
+    source.held_cap = 0;
+    for forks in 11..15 {
+        set_forks(root.path(), forks);
+        run_a_while(pid);
+        assert_eq!(seen(&source.snapshot().unwrap(), 4405).0, TICK * 7);
+    }
 }
 
 #[test]

@@ -1,10 +1,10 @@
 //! The procfs usage source: node CPU times from `/proc/stat`, per-process CPU time from
 //! `/proc/<pid>/stat` (from the main thread's `schedstat` between `stat` reads where that
-//! thread is the whole process and no task started: [`credit`]), what identifies a process
-//! read once when it first appears, and the usage counters of the cgroups that count the
-//! processes ([`crate::cgroups`]), through which the time of processes no scan saw reaches
-//! their container, pod or VM. The processes of a cgroup in which nothing ran since the scan
-//! before are not read at all ([`ProcfsSource::taken_unread`]).
+//! thread is the whole process and no task started, or it is a kernel thread: [`credit`]),
+//! what identifies a process read once when it first appears, and the usage counters of the
+//! cgroups that count the processes ([`crate::cgroups`]), through which the time of processes
+//! no scan saw reaches their container, pod or VM. The processes of a cgroup in which nothing
+//! ran since the scan before are not read at all ([`ProcfsSource::taken_unread`]).
 //!
 //! The reads themselves are in [`ProcfsReader`], public so that other sources (eBPF) read node
 //! CPU times and describe processes exactly as this one does.
@@ -73,8 +73,9 @@ struct Cached {
 const MAX_HELD_STAT_FILES: usize = 1024;
 
 /// The longest a process is read through its main thread's `schedstat` before its `stat` is
-/// read again, when no task starts on the node: an exec or a kernel thread's new name, which
-/// `stat` shows and `schedstat` does not, is then seen within this time.
+/// read again (when no task starts on the node; a kernel thread whatever starts): an exec or a
+/// kernel thread's new name, which `stat` shows and `schedstat` does not, is then seen within
+/// this time.
 const STAT_AT_LEAST_EVERY: Duration = Duration::from_secs(30);
 
 /// How a scan may read the processes it knows (see [`credit`]).
@@ -83,6 +84,13 @@ struct ScanReads {
     /// Through the main thread's `schedstat` where it stands for the process: no task was
     /// created since the scan before.
     by_leader: bool,
+    /// Kernel threads through their held `schedstat` even when tasks were created: a kernel
+    /// thread's group never gains a thread (kthreadd starts each one as a group of its own),
+    /// so its main thread is always the whole of it, and a held file reads its own process
+    /// or fails, so no process that took the pid since can pass for it. On a node where
+    /// something starts every second (probes, cron, a build) the kernel threads, most of
+    /// the processes of an idle node, are then no longer read through `stat` every scan.
+    kthreads_by_leader: bool,
     /// Read single-threaded processes' `schedstat` after their `stat`, so the next scan may
     /// read them by it: this scan or the one before saw no task created.
     baselines: bool,
@@ -317,7 +325,7 @@ impl ProcfsSource {
             Unmoved::Unread(usage) => return Some(usage),
             // Its `stat` tells whether it is asleep, for the next scan.
             Unmoved::StateUnknown => false,
-            Unmoved::No => self.reads.by_leader,
+            Unmoved::No => self.reads.by_leader || self.kthread_held_leader(pid),
         };
         if by_leader {
             if let Some(usage) = self.read_by_leader(pid, pid_name) {
@@ -325,10 +333,28 @@ impl ProcfsSource {
             }
         }
         let usage = self.read_by_stat(pid, pid_name)?;
-        if self.reads.baselines && self.cache.get(&pid).is_some_and(|c| c.credit.single()) {
+        // A kernel thread's is taken whether or not tasks start, where its `schedstat` is or
+        // can be held: only a held one may be read while they do.
+        let baseline = self.cache.get(&pid).is_some_and(|c| {
+            let holds = c.schedstat.is_some() || self.held_schedstat < self.held_budget;
+            c.credit.single()
+                && (self.reads.baselines
+                    || (self.schedstat_counts && c.info.kernel_thread && holds))
+        });
+        if baseline {
             self.read_leader_baseline(pid, pid_name);
         }
         Some(usage)
+    }
+
+    /// Whether `pid` is a kernel thread whose held `schedstat` this scan may read it through
+    /// (see [`ScanReads::kthreads_by_leader`]; [`Self::read_by_leader`] checks its baseline).
+    fn kthread_held_leader(&self, pid: u32) -> bool {
+        self.reads.kthreads_by_leader
+            && self
+                .cache
+                .get(&pid)
+                .is_some_and(|c| c.info.kernel_thread && c.schedstat.is_some())
     }
 
     fn read_by_stat(&mut self, pid: u32, pid_name: &OsStr) -> Option<ProcessUsage> {
@@ -491,20 +517,23 @@ impl ProcfsSource {
     /// uptime before it.
     fn scan_reads(&mut self, forks: Option<u64>, uptime: Duration) -> ScanReads {
         let quiet = forks.is_some() && forks == self.forks_before;
-        let by_leader = self.schedstat_counts
-            && quiet
-            && self
-                .all_stat_at
-                .is_some_and(|at| uptime.saturating_sub(at) < STAT_AT_LEAST_EVERY);
-        if !by_leader {
+        let stat_recent = self
+            .all_stat_at
+            .is_some_and(|at| uptime.saturating_sub(at) < STAT_AT_LEAST_EVERY);
+        let leader_may = self.schedstat_counts && stat_recent;
+        let by_leader = leader_may && quiet;
+        // Kernel threads are read through `stat` only by a scan that reads every process so.
+        if !leader_may {
             self.all_stat_at = Some(uptime);
         }
-        // Under steady churn no scan is quiet, and the baselines would never be used.
+        // Under steady churn no scan is quiet, and the baselines would never be used (but
+        // kernel threads', see `read_process`).
         let baselines = self.schedstat_counts && (quiet || self.quiet_before);
         self.forks_before = forks;
         self.quiet_before = quiet;
         ScanReads {
             by_leader,
+            kthreads_by_leader: leader_may,
             baselines,
         }
     }
