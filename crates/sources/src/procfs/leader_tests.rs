@@ -265,6 +265,45 @@ fn on_this_host_a_burner_s_credit_stays_between_its_stat_and_its_runtime() {
     eprintln!("{by_leader} of 12 scans read the burner through its main thread");
 }
 
+/// On this host's `/proc`, with a task started every few milliseconds: kernel threads hold
+/// their `schedstat` and are read through it, each credited no more than its runtime and never
+/// less than before.
+#[test]
+fn on_this_host_kernel_threads_are_read_through_their_main_thread_while_tasks_start() {
+    let _alone = alone();
+    let _forker = spawn("while :; do /bin/true; sleep 0.005; done");
+    let mut source = ProcfsSource::new("/proc".into(), Arc::new(NoWorkloads)).unwrap();
+    assert!(source.schedstat_counts);
+    let mut last = std::collections::HashMap::new();
+    let mut in_ns = 0;
+    for _ in 0..8 {
+        std::thread::sleep(Duration::from_millis(100));
+        let snapshot = source.snapshot().unwrap();
+        for p in snapshot.processes.iter().filter(|p| p.info.kernel_thread) {
+            let Ok(text) = fs::read(format!("/proc/{}/schedstat", p.key.pid)) else {
+                continue; // ended since
+            };
+            let Some(ns) = super::parse::parse_schedstat_runtime(&text) else {
+                continue;
+            };
+            assert!(
+                p.cpu_time <= Duration::from_nanos(ns),
+                "{p:?} above {ns} ns"
+            );
+            let before = last.insert(p.key, p.cpu_time).unwrap_or_default();
+            assert!(p.cpu_time >= before, "{p:?} went back from {before:?}");
+            in_ns += usize::from(!whole_ticks(p.cpu_time));
+        }
+    }
+    let held = source
+        .cache
+        .values()
+        .filter(|c| c.info.kernel_thread && c.schedstat.is_some())
+        .count();
+    assert!(held > 0, "no kernel thread holds its schedstat");
+    eprintln!("{held} kernel threads held their schedstat; {in_ns} credits in ns");
+}
+
 /// Threads that start and end between two scans are counted: their start moves the fork count,
 /// so the scan reads `stat`, which holds the time of the group's ended threads.
 #[test]
