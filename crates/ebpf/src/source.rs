@@ -727,7 +727,7 @@ mod tests {
         let map = LoadedTasks::new(src.ebpf.map(names::TASKS).unwrap(), &mut layout);
         assert!(layout.is_some(), "the layout check is kept");
         // One entry per batch at first: the kernel refuses any bucket of two or more
-        // (ENOSPC), so the buffers must grow for the read to finish.
+        // (ENOSPC), so the batch must grow for the read to finish.
         let mut reader = TaskReader::with_first_batch(1);
         let mut batched = LiveTable::default();
         let report = reader.read(&map, &mut batched);

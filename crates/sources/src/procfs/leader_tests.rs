@@ -132,6 +132,22 @@ fn write_kernel_thread_stat(dir: &Path, pid: u32, ticks: u64) {
     fs::write(dir.join("stat"), line).unwrap();
 }
 
+/// A fixture tree whose `<root>/<fake_pid>` is a "kernel thread": a `stat` flagged as one with
+/// `ticks` of CPU time over the real process `pid`'s `schedstat`; and a source reading it with
+/// the fork count the test sets and `schedstat` counting.
+fn kernel_thread_tree(fake_pid: u32, pid: u32, ticks: u64) -> (tempfile::TempDir, ProcfsSource) {
+    let root = fixture_root();
+    let kthread = root.path().join(fake_pid.to_string());
+    fs::create_dir(&kthread).unwrap();
+    write_kernel_thread_stat(&kthread, pid, ticks);
+    symlink(format!("/proc/{pid}/schedstat"), kthread.join("schedstat")).unwrap();
+    fs::write(kthread.join("cgroup"), "0::/\n").unwrap();
+    let mut source = ProcfsSource::new(root.path().to_path_buf(), Arc::new(NoWorkloads)).unwrap();
+    source.reader.count_fixture_forks();
+    source.schedstat_counts = true;
+    (root, source)
+}
+
 /// Kernel threads never gain a thread, so theirs is read through a held `schedstat` even
 /// while tasks start on the node, until a `stat` is due; a user process beside them goes on
 /// being read through `stat`. The "kernel thread" is a fixture `stat` flagged as one, over a
@@ -140,16 +156,9 @@ fn write_kernel_thread_stat(dir: &Path, pid: u32, ticks: u64) {
 fn a_kernel_thread_is_read_through_its_main_thread_while_tasks_start() {
     let burner = spawn("while :; do :; done");
     let pid = burner.0.id();
-    let root = fixture_root();
+    let (root, mut source) = kernel_thread_tree(4403, pid, 0);
     let kthread = root.path().join("4403");
-    fs::create_dir(&kthread).unwrap();
-    write_kernel_thread_stat(&kthread, pid, 0);
-    symlink(format!("/proc/{pid}/schedstat"), kthread.join("schedstat")).unwrap();
-    fs::write(kthread.join("cgroup"), "0::/\n").unwrap();
     link(root.path(), 4404, pid);
-    let mut source = ProcfsSource::new(root.path().to_path_buf(), Arc::new(NoWorkloads)).unwrap();
-    source.reader.count_fixture_forks();
-    source.schedstat_counts = true;
     let mut forks = 10;
     let mut scan = |source: &mut ProcfsSource| {
         // A task started before every scan.
@@ -191,15 +200,7 @@ fn a_kernel_thread_is_read_through_its_main_thread_while_tasks_start() {
 fn a_kernel_thread_without_a_held_schedstat_is_read_through_stat_while_tasks_start() {
     let burner = spawn("while :; do :; done");
     let pid = burner.0.id();
-    let root = fixture_root();
-    let kthread = root.path().join("4405");
-    fs::create_dir(&kthread).unwrap();
-    write_kernel_thread_stat(&kthread, pid, 7);
-    symlink(format!("/proc/{pid}/schedstat"), kthread.join("schedstat")).unwrap();
-    fs::write(kthread.join("cgroup"), "0::/\n").unwrap();
-    let mut source = ProcfsSource::new(root.path().to_path_buf(), Arc::new(NoWorkloads)).unwrap();
-    source.reader.count_fixture_forks();
-    source.schedstat_counts = true;
+    let (root, mut source) = kernel_thread_tree(4405, pid, 7);
     source.held_cap = 0;
     for forks in 11..15 {
         set_forks(root.path(), forks);
