@@ -192,14 +192,17 @@ def bpf_programs(pid):
     return fds
 
 
-def bpf_run_ns(pid, fds):
-    total = 0
+def bpf_run(pid, fds):
+    """Run time (ns) and calls of the programs behind `fds`, summed."""
+    ns = calls = 0
     for fd in fds:
         with open(f"/proc/{pid}/fdinfo/{fd}") as f:
             for line in f:
                 if line.startswith("run_time_ns:"):
-                    total += int(line.split()[1])
-    return total
+                    ns += int(line.split()[1])
+                elif line.startswith("run_cnt:"):
+                    calls += int(line.split()[1])
+    return ns, calls
 
 
 # --- fixture -----------------------------------------------------------------------------------
@@ -394,8 +397,8 @@ class Agent:
 
     def sample(self):
         cpu = self.cgroup.usage_us() * 1e-6
-        bpf = bpf_run_ns(self.proc.pid, self.prog_fds) * 1e-9 if self.prog_fds else 0.0
-        return cpu, bpf
+        ns, calls = bpf_run(self.proc.pid, self.prog_fds) if self.prog_fds else (0, 0)
+        return cpu, ns * 1e-9, calls
 
     def rss_mib(self):
         with open(f"/proc/{self.proc.pid}/status") as f:
@@ -540,6 +543,7 @@ def measure(opts, round_no, load_name, agent_order, fixture, workdir, cgroup_par
     for a in agents:
         cpu = after[a.name][0] - before[a.name][0]
         bpf = after[a.name][1] - before[a.name][1]
+        calls = after[a.name][2] - before[a.name][2]
         inside = [s for s in a.scrapes if w0 <= s["at"] <= w1]
         good = [s for s in inside if s["ok"]]
         last = good[-1] if good else None
@@ -553,6 +557,10 @@ def measure(opts, round_no, load_name, agent_order, fixture, workdir, cgroup_par
             "user_pct": 100 * cpu / elapsed,
             "bpf_pct": 100 * bpf / elapsed,
             "cpu_pct": 100 * (cpu + bpf) / elapsed,
+            # The in-kernel cost of one program call (issue 14: ≤ 300 ns), whichever programs
+            # the agent keeps attached; none when nothing ran in the window.
+            "bpf_calls_per_s": calls / elapsed,
+            "bpf_ns_per_call": 1e9 * bpf / calls if calls else None,
             "rss_mib": rss[a.name],
             "series": last["series"] if last else None,
             "accounting": last.get("accounting") if last else None,

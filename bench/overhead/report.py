@@ -46,7 +46,10 @@ def cell(rows, kernel_part):
         return "–"
     cpu = pct(med(rows, "cpu_pct")) + " %"
     if kernel_part:
-        cpu += f" ({pct(med(rows, 'user_pct'))} + {pct(med(rows, 'bpf_pct'))})"
+        per_call = med(rows, "bpf_ns_per_call")
+        # Runs before the per-call figure was recorded have none.
+        call = f", {per_call:,.0f} ns a call" if per_call is not None else ""
+        cpu += f" ({pct(med(rows, 'user_pct'))} + {pct(med(rows, 'bpf_pct'))}{call})"
     series = med(rows, "series")
     scrape = med(rows, "scrape_ms")
     parts = [
@@ -103,7 +106,8 @@ def render(out_dir):
         "the accounting it chose (switch: `sched_switch` charging, iterator: the task "
         "iterator; counted exits: nothing on `sched_switch`, ended processes through their "
         "cgroups' counters). eBPF CPU is user space "
-        "(agent cgroup) + in-kernel (its BPF programs' run time). Machine: load average at the "
+        "(agent cgroup) + in-kernel (its BPF programs' run time, and that time per program "
+        "call where a program ran). Machine: load average at the "
         "end of the window · context switches per second during it (each runs the programs)."
     )
     lines.append("")

@@ -326,3 +326,117 @@ fn on_this_host_the_time_of_threads_that_ended_between_scans_is_credited() {
         assert!(cpu <= after + 2 * TICK, "{cpu:?} above stat's {after:?}");
     }
 }
+
+/// On a tree of the agent's own pid namespace (here a fixture whose pids are the real ones,
+/// the fork count set by the test), while no task starts: a process of several threads, and a
+/// single-threaded one beyond the held files, are read through their group's CPU clock, in ns,
+/// each credited no more than its group's runtime after the scan and never less than before.
+#[test]
+fn processes_are_read_through_their_group_clock_while_no_task_starts() {
+    let script = "exec python3 -c 'import threading, time\n\
+                  def burn():\n    while True:\n        t = time.thread_time()\n\
+                  \x20       while time.thread_time() - t < 0.002: pass\n\
+                  \x20       time.sleep(0.008)\n\
+                  for _ in range(2): threading.Thread(target=burn, daemon=True).start()\n\
+                  time.sleep(600)'";
+    let threaded = spawn(script);
+    let burner = spawn("while :; do :; done");
+    let (many, one) = (threaded.0.id(), burner.0.id());
+    let waited = std::time::Instant::now();
+    while threads(many) < 3 {
+        assert!(waited.elapsed() < Duration::from_secs(20), "no threads");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let (root, mut source) = fork_counted_tree(many, many);
+    link(root.path(), one, one);
+    source.reader.count_fixture_forks();
+    source.schedstat_counts = true;
+    source.held_cap = 0;
+    source.group_clock = true;
+    let mut last = std::collections::HashMap::new();
+    let mut in_ns = std::collections::HashMap::new();
+    let mut scan = |source: &mut ProcfsSource,
+                    in_ns: &mut std::collections::HashMap<u32, usize>| {
+        std::thread::sleep(Duration::from_millis(30));
+        let stat_before = [truth(many).0, truth(one).0];
+        let snapshot = source.snapshot().unwrap();
+        for (i, pid) in [many, one].into_iter().enumerate() {
+            let cpu = seen(&snapshot, pid).0;
+            let group = Duration::from_nanos(super::clock::group_runtime(pid).unwrap());
+            assert!(cpu <= group, "{pid}: {cpu:?} above its group's {group:?}");
+            assert!(
+                cpu + 2 * TICK >= stat_before[i],
+                "{pid}: {cpu:?} behind stat"
+            );
+            let before = last.insert(pid, cpu).unwrap_or_default();
+            assert!(cpu >= before, "{pid}: went back from {before:?} to {cpu:?}");
+            *in_ns.entry(pid).or_insert(0) += usize::from(!whole_ticks(cpu));
+        }
+    };
+    // The first scan has no fork count before it, the second no baseline: `stat` both times.
+    for _ in 0..6 {
+        scan(&mut source, &mut in_ns);
+    }
+    for pid in [many, one] {
+        let baseline = source.cache.get(&pid).unwrap().credit.leader_runtime();
+        assert!(
+            matches!(baseline, Some(super::credit::Runtime::Group(_))),
+            "{pid}: {baseline:?}"
+        );
+        assert!(in_ns[&pid] >= 3, "{pid}: {} credits in ns", in_ns[&pid]);
+    }
+    // A task started: `stat` again, then a baseline, then the clock.
+    set_forks(root.path(), 11);
+    for _ in 0..3 {
+        scan(&mut source, &mut in_ns);
+    }
+}
+
+/// A process read through its CPU clock is checked after the scan where the pid cursor moved
+/// or is unknown (a fixture has none): here its `stat` shows another process at its pid by
+/// then (its entry is pointed at a sleeper), so it is taken out of the snapshot, and the next
+/// scan lists the tree and finds the process now there.
+#[test]
+fn a_process_whose_pid_changed_hands_during_a_clock_scan_is_taken_out() {
+    let burner = spawn("while :; do :; done");
+    // Started a few ticks later: another start time, as a process that took the pid has.
+    std::thread::sleep(Duration::from_millis(50));
+    let sleeper = spawn("sleep 60");
+    let pid = burner.0.id();
+    assert_ne!(truth(pid).1, truth(sleeper.0.id()).1);
+    let (root, mut source) = fork_counted_tree(pid, pid);
+    source.reader.count_fixture_forks();
+    source.schedstat_counts = true;
+    source.group_clock = true;
+    for _ in 0..3 {
+        std::thread::sleep(Duration::from_millis(20));
+        let snapshot = source.snapshot().unwrap();
+        assert_eq!(seen(&snapshot, pid).1, truth(pid).1);
+    }
+    let baseline = source.cache.get(&pid).unwrap().credit.leader_runtime();
+    assert!(
+        matches!(baseline, Some(super::credit::Runtime::Group(_))),
+        "{baseline:?}"
+    );
+    link(root.path(), pid, sleeper.0.id());
+    let snapshot = source.snapshot().unwrap();
+    assert!(
+        snapshot.processes.iter().all(|p| p.key.pid != pid),
+        "still reported"
+    );
+    assert!(!source.cache.contains_key(&pid));
+    // Listed again: the process now at the pid, from its own `stat`.
+    let snapshot = source.snapshot().unwrap();
+    assert_eq!(seen(&snapshot, pid).1, truth(sleeper.0.id()).1);
+}
+
+/// This host's pid cursor moves with every task created, and a fixture has none.
+#[test]
+fn the_last_pid_of_this_host_moves_when_a_task_starts() {
+    let mut reader = super::ProcfsReader::new("/proc").unwrap();
+    let before = reader.read_last_pid().unwrap();
+    std::process::Command::new("true").status().unwrap();
+    assert_ne!(reader.read_last_pid(), Some(before));
+    let mut fixture = super::ProcfsReader::new(fixture_root().path()).unwrap();
+    assert_eq!(fixture.read_last_pid(), None);
+}

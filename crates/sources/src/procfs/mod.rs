@@ -1,6 +1,7 @@
 //! The procfs usage source: node CPU times from `/proc/stat`, per-process CPU time from
-//! `/proc/<pid>/stat` (from the main thread's `schedstat` between `stat` reads where that
-//! thread is the whole process and no task started, or it is a kernel thread: [`credit`]),
+//! `/proc/<pid>/stat` (between `stat` reads from the main thread's `schedstat` where that
+//! thread is the whole process and no task started, or it is a kernel thread, and from the
+//! group's CPU clock while no task starts: [`credit`], [`clock`]),
 //! what identifies a process read once when it first appears, and the usage counters of the
 //! cgroups that count the processes ([`crate::cgroups`]), through which the time of processes
 //! no scan saw reaches their container, pod or VM. The processes of a cgroup in which nothing
@@ -9,6 +10,7 @@
 //! The reads themselves are in [`ProcfsReader`], public so that other sources (eBPF) read node
 //! CPU times and describe processes exactly as this one does.
 
+mod clock;
 mod credit;
 mod parse;
 pub(crate) mod read;
@@ -39,7 +41,7 @@ use crate::cgroups::{Counting, UsageCounters};
 
 pub use reader::{NodeStat, ProcessDescription, ProcessState, ProcfsReader};
 
-use credit::Credit;
+use credit::{Credit, Runtime};
 
 use parse::{PidStat, PF_KTHREAD};
 use read::io_error;
@@ -53,7 +55,8 @@ struct Cached {
     /// Its `stat`, kept open to be read again each scan (see [`MAX_HELD_STAT_FILES`]).
     stat: Option<File>,
     /// Its `schedstat`, kept open while it has one thread (see [`credit`]), within the same
-    /// bound.
+    /// bound. Beyond it, and for processes of several threads, the group's CPU clock is read
+    /// where it can be ([`clock`]).
     schedstat: Option<File>,
     credit: Credit,
     /// Its main thread was asleep at its last `stat` read and has not run since: it must run
@@ -68,8 +71,9 @@ struct Cached {
 /// (`bench/procfs_pread.py`). Each costs a descriptor and ~4.3 KiB of kernel memory, though
 /// (procfs keeps the file's text buffer while it is open), so only the first processes seen
 /// are held: all of them on most nodes, the long-lived ones on larger ones, for at most
-/// ~4.3 MiB. As many `schedstat` files may be held beside them, for single-threaded processes
-/// (~4 KiB each likewise).
+/// ~4.3 MiB. As many `schedstat` files may be held beside them, for kernel threads, and for
+/// other single-threaded processes where the group's CPU clock cannot be read (~4 KiB each
+/// likewise).
 const MAX_HELD_STAT_FILES: usize = 1024;
 
 /// The longest a process is read through its main thread's `schedstat` before its `stat` is
@@ -81,8 +85,8 @@ const STAT_AT_LEAST_EVERY: Duration = Duration::from_secs(30);
 /// How a scan may read the processes it knows (see [`credit`]).
 #[derive(Clone, Copy, Default)]
 struct ScanReads {
-    /// Through the main thread's `schedstat` where it stands for the process: no task was
-    /// created since the scan before.
+    /// Through the main thread's `schedstat` where it stands for the process, or the group's
+    /// CPU clock: no task was created since the scan before.
     by_leader: bool,
     /// Kernel threads through their held `schedstat` even when tasks were created: a kernel
     /// thread's group never gains a thread (kthreadd starts each one as a group of its own),
@@ -91,8 +95,9 @@ struct ScanReads {
     /// something starts every second (probes, cron, a build) the kernel threads, most of
     /// the processes of an idle node, are then no longer read through `stat` every scan.
     kthreads_by_leader: bool,
-    /// Read single-threaded processes' `schedstat` after their `stat`, so the next scan may
-    /// read them by it: this scan or the one before saw no task created.
+    /// Read single-threaded processes' `schedstat` (or any process's CPU clock) after their
+    /// `stat`, so the next scan may read them by it: this scan or the one before saw no task
+    /// created.
     baselines: bool,
 }
 
@@ -141,6 +146,14 @@ pub struct ProcfsSource {
     /// Whether `schedstat` counts runtime on this tree (procfs' own, with the kernel's
     /// scheduler statistics).
     schedstat_counts: bool,
+    /// Whether the tree is of this process's pid namespace, so that a pid's CPU clock is the
+    /// process the tree lists under it ([`clock::tree_is_own`]).
+    group_clock: bool,
+    /// The processes this scan read through their CPU clock, checked after it
+    /// ([`Self::check_read_by_pid`]); kept between scans as a buffer.
+    read_by_pid: Vec<u32>,
+    /// The most pids the kernel gives out, read once ([`clock::pid_max`]).
+    pid_max: Option<u64>,
     /// The node's fork count at the scan before, and whether it had moved then.
     forks_before: Option<u64>,
     quiet_before: bool,
@@ -174,6 +187,9 @@ impl ProcfsSource {
             known_pids: Vec::new(),
             pid_name: String::new(),
             schedstat_counts: false,
+            group_clock: false,
+            read_by_pid: Vec::new(),
+            pid_max: None,
             forks_before: None,
             quiet_before: false,
             all_stat_at: None,
@@ -187,6 +203,8 @@ impl ProcfsSource {
             .and_then(|_| reader.read_uptime())
             .map_err(|e| Unavailable::new(format!("procfs at {}: {e}", reader.root().display())))?;
         source.schedstat_counts = source.reader.schedstat_counts();
+        source.group_clock = clock::tree_is_own(source.reader.root());
+        source.pid_max = clock::pid_max(source.reader.root());
         if let Some(counting) = Counting::detect(source.reader.root()) {
             source.reader.name_usage_cgroups(&counting);
             source.counters = Some(UsageCounters::new(counting));
@@ -224,19 +242,30 @@ impl ProcfsSource {
         }
     }
 
-    /// The process at `pid` through its main thread's `schedstat`, where [`Credit`] lets it
-    /// stand for the whole process this scan; `None` where not, or when the read fails (the
-    /// caller then reads `stat`). A `schedstat` not held is read by path: while no task starts,
-    /// no other process can have taken the pid.
+    /// The process at `pid` through the runtime its baseline was read from, the main thread's
+    /// `schedstat` or the group's CPU clock, where [`Credit`] lets it stand for the whole
+    /// process this scan; `None` where not, or when the read fails (the caller then reads
+    /// `stat`). A `schedstat` not held is read by path, and the clock by pid: while no task
+    /// starts, no other process can have taken the pid.
     fn read_by_leader(&mut self, pid: u32, pid_name: &OsStr) -> Option<ProcessUsage> {
         let generation = self.generation;
         let cached = self.cache.get_mut(&pid)?;
         if !cached.credit.leader_suffices(generation) {
             return None;
         }
-        let runtime = match &cached.schedstat {
-            Some(file) => self.reader.read_runtime_at(file),
-            None => self.reader.read_runtime(pid_name),
+        let runtime = match cached.credit.leader_runtime() {
+            Some(Runtime::Group(_)) => {
+                let read = clock::group_runtime(pid).map(Runtime::Group);
+                if read.is_some() {
+                    self.read_by_pid.push(pid);
+                }
+                read
+            }
+            _ => match &cached.schedstat {
+                Some(file) => self.reader.read_runtime_at(file),
+                None => self.reader.read_runtime(pid_name),
+            }
+            .map(Runtime::Leader),
         };
         let Some(runtime) = runtime else {
             // Gone, or an odd line: `stat` says which.
@@ -258,23 +287,33 @@ impl ProcfsSource {
         })
     }
 
-    /// Reads the main thread's runtime of a process just read through `stat`, for the next
-    /// scan's [`Self::read_by_leader`]; holds its `schedstat` while the budget allows, and
-    /// reads it by path beyond (a process reused the pid since its `stat` read only if a task
-    /// started, and then the next scan reads `stat` again).
+    /// Reads the runtime of a process just read through `stat`, for the next scan's
+    /// [`Self::read_by_leader`]: a single thread's through its `schedstat`, held while the
+    /// budget allows; else the group's CPU clock where the tree allows; else that `schedstat`
+    /// by path. (A process reused the pid since its `stat` read only if a task started, and
+    /// then the next scan reads `stat` again.)
     fn read_leader_baseline(&mut self, pid: u32, pid_name: &OsStr) {
         let Some(cached) = self.cache.get_mut(&pid) else {
             return;
         };
-        if cached.schedstat.is_none() && self.held_schedstat < self.held_budget {
+        let through_schedstat = self.schedstat_counts && cached.credit.single();
+        // Where the clock can be read, only a kernel thread's `schedstat` is held: read through
+        // it, the thread may stand for itself while tasks start elsewhere (see
+        // `ScanReads::kthreads_by_leader`), which a clock read by pid may not.
+        let hold = through_schedstat && (cached.info.kernel_thread || !self.group_clock);
+        if hold && cached.schedstat.is_none() && self.held_schedstat < self.held_budget {
             if let Ok(file) = self.reader.open_schedstat(pid_name) {
                 self.held_schedstat += 1;
                 cached.schedstat = Some(file);
             }
         }
         let runtime = match &cached.schedstat {
-            Some(file) => self.reader.read_runtime_at(file),
-            None => self.reader.read_runtime(pid_name),
+            Some(file) if through_schedstat => {
+                self.reader.read_runtime_at(file).map(Runtime::Leader)
+            }
+            _ if self.group_clock => clock::group_runtime(pid).map(Runtime::Group),
+            None if through_schedstat => self.reader.read_runtime(pid_name).map(Runtime::Leader),
+            _ => None,
         };
         match runtime {
             Some(runtime) => cached.credit.set_leader(runtime, self.generation),
@@ -334,12 +373,13 @@ impl ProcfsSource {
         }
         let usage = self.read_by_stat(pid, pid_name)?;
         // A kernel thread's is taken whether or not tasks start, where its `schedstat` is or
-        // can be held: only a held one may be read while they do.
+        // can be held: only a held one may be read while they do. The group's clock counts
+        // every thread, so it serves processes of any thread count.
         let baseline = self.cache.get(&pid).is_some_and(|c| {
             let holds = c.schedstat.is_some() || self.held_schedstat < self.held_budget;
-            c.credit.single()
-                && (self.reads.baselines
-                    || (self.schedstat_counts && c.info.kernel_thread && holds))
+            let single = c.credit.single();
+            (self.reads.baselines && (single || self.group_clock))
+                || (single && self.schedstat_counts && c.info.kernel_thread && holds)
         });
         if baseline {
             self.read_leader_baseline(pid, pid_name);
@@ -460,6 +500,13 @@ impl UsageSource for ProcfsSource {
     }
 
     fn snapshot(&mut self) -> Result<UsageSnapshot, ReadError> {
+        // The last pid given out is read before the fork count: the two together cover every
+        // task created from the scan before to the end of this one (see `check_read_by_pid`).
+        let last_pid = if self.group_clock {
+            self.reader.read_last_pid()
+        } else {
+            None
+        };
         // Uptime is read before the scan: a process that starts during the scan and is missed
         // then has a start time after this uptime, so the next tick counts all its CPU time.
         // The fork count is read before it too: a process started after it counts, so the next
@@ -484,10 +531,11 @@ impl UsageSource for ProcfsSource {
             Some(forks) if self.listed_at_forks == Some(forks) => self.read_known(&mut processes),
             _ => self.read_listed(&mut processes)?,
         };
+        let known = self.cache.len();
+        let complete = self.check_read_by_pid(last_pid, forks, &mut processes) && complete;
         // A process not read (gone, or unreadable this time) makes the next scan list again.
         self.listed_at_forks = forks.filter(|_| complete);
         let generation = self.generation;
-        let known = self.cache.len();
         self.cache.retain(|_, c| c.generation == generation);
         if let Some(counters) = &mut self.counters {
             if self.cache.len() < known {
@@ -520,7 +568,8 @@ impl ProcfsSource {
         let stat_recent = self
             .all_stat_at
             .is_some_and(|at| uptime.saturating_sub(at) < STAT_AT_LEAST_EVERY);
-        let leader_may = self.schedstat_counts && stat_recent;
+        let runtime_reads = self.schedstat_counts || self.group_clock;
+        let leader_may = runtime_reads && stat_recent;
         let by_leader = leader_may && quiet;
         // Kernel threads are read through `stat` only by a scan that reads every process so.
         if !leader_may {
@@ -528,14 +577,84 @@ impl ProcfsSource {
         }
         // Under steady churn no scan is quiet, and the baselines would never be used (but
         // kernel threads', see `read_process`).
-        let baselines = self.schedstat_counts && (quiet || self.quiet_before);
+        let baselines = runtime_reads && (quiet || self.quiet_before);
         self.forks_before = forks;
         self.quiet_before = quiet;
         ScanReads {
             by_leader,
-            kthreads_by_leader: leader_may,
+            kthreads_by_leader: self.schedstat_counts && stat_recent,
             baselines,
         }
+    }
+
+    /// Makes sure that each process this scan read through its CPU clock was the process its
+    /// pid named when its baseline was read. The clock names a pid, which may go to another
+    /// process only once a task is created, and the scan read its fork count (`forks`)
+    /// unmoved since the scan before; `last_pid`, read before that count, closes the rest: a
+    /// pid that changed hands during the scan was given out during it, between `last_pid` and
+    /// the last pid after the scan ([`clock::given_out_between`]). Each such process (each
+    /// one, where the last pid cannot be read or so many tasks started that the kernel may have
+    /// come round) is checked through its `stat`: one gone by now, or another at its pid, is
+    /// taken out of the snapshot as ended, its time left to its cgroup's counter. True when
+    /// none was. An unmoved last pid is taken as no task created: to come back to it within
+    /// the scan the kernel would have to give out every free pid.
+    fn check_read_by_pid(
+        &mut self,
+        last_pid: Option<u64>,
+        forks: Option<u64>,
+        processes: &mut Vec<ProcessUsage>,
+    ) -> bool {
+        if self.read_by_pid.is_empty() {
+            return true;
+        }
+        let after = self.reader.read_last_pid();
+        let given_out = match (last_pid, after) {
+            (Some(before), Some(after)) if before == after => None,
+            (Some(before), Some(after)) if self.few_tasks_since(forks) => Some((before, after)),
+            _ => Some((0, u64::MAX)),
+        };
+        let mut complete = true;
+        if let Some((before, after)) = given_out {
+            let mut pids = std::mem::take(&mut self.read_by_pid);
+            let mut name = std::mem::take(&mut self.pid_name);
+            for &pid in &pids {
+                if !clock::given_out_between(u64::from(pid), before, after) {
+                    continue;
+                }
+                name.clear();
+                // Writing to a String cannot fail.
+                let _ = write!(name, "{pid}");
+                let now = self
+                    .reader
+                    .read_stat(OsStr::new(&name))
+                    .map(|s| s.start_time);
+                let same = now.is_some() && self.cache.get(&pid).map(|c| c.start_ticks) == now;
+                if !same {
+                    tracing::debug!(pid, "read through its clock while its pid changed hands");
+                    processes.retain(|p| p.key.pid != pid);
+                    self.cache.remove(&pid);
+                    complete = false;
+                }
+            }
+            pids.clear();
+            self.read_by_pid = pids;
+            self.pid_name = name;
+        }
+        self.read_by_pid.clear();
+        complete
+    }
+
+    /// Whether fewer tasks were created since the fork count `forks` was read than would bring
+    /// the kernel's pid cursor round to where it was: half the pids there are.
+    fn few_tasks_since(&mut self, forks: Option<u64>) -> bool {
+        let (Some(forks), Some(pid_max)) = (forks, self.pid_max) else {
+            return false;
+        };
+        self.reader
+            .read_node_stat()
+            .ok()
+            .and_then(|stat| stat.forks)
+            .is_some_and(|now| now.saturating_sub(forks) < pid_max / 2)
     }
 
     /// Reads every process the tree lists; true when each one listed was read.

@@ -106,6 +106,15 @@ pub(crate) fn parse_stat_count(content: &[u8], name: &[u8]) -> Option<u64> {
     parse_u64(line.trim_ascii())
 }
 
+/// The last field of `/proc/loadavg` ("0.00 0.01 0.05 1/123 4567"): the last pid given out.
+pub(crate) fn parse_last_pid(content: &[u8]) -> Option<u64> {
+    let line = content.split(|&b| b == b'\n').next()?;
+    parse_u64(
+        line.split(u8::is_ascii_whitespace)
+            .rfind(|f| !f.is_empty())?,
+    )
+}
+
 /// First field of `/proc/uptime` ("12345.67 ..."), parsed exactly: a float would round and
 /// could put a process's start time after the uptime at which it was seen.
 pub(crate) fn parse_uptime(content: &[u8]) -> Option<Duration> {

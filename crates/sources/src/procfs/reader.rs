@@ -62,6 +62,8 @@ pub struct ProcfsReader {
     /// `<root>/stat` and `<root>/uptime`, read every tick.
     node_stat: TickFile,
     uptime: TickFile,
+    /// `<root>/loadavg`, for the last pid given out ([`Self::read_last_pid`]).
+    loadavg: TickFile,
     /// Whether a fixture's `stat` counts forks as the kernel's would (tests of the source's
     /// listing rule); the kernel's own is always trusted.
     fixture_counts_forks: bool,
@@ -109,6 +111,7 @@ impl ProcfsReader {
         Ok(ProcfsReader {
             node_stat: TickFile::new(root.join("stat")),
             uptime: TickFile::new(root.join("uptime")),
+            loadavg: TickFile::new(root.join("loadavg")),
             fixture_counts_forks: false,
             usage_names: None,
             path: PathBuf::with_capacity(root.as_os_str().len() + 32),
@@ -210,6 +213,19 @@ impl ProcfsReader {
             parse::parse_uptime(content).ok_or_else(|| parse_error(path, "no uptime in seconds"));
         self.uptime.put_back(file, live);
         uptime
+    }
+
+    /// The last pid the kernel gave out in this process's pid namespace, the last field of
+    /// `<root>/loadavg`: it moves whenever a task is created there or below. `None` when the
+    /// file is not procfs' own (a fixture's says nothing of the kernel) or is unreadable.
+    pub(crate) fn read_last_pid(&mut self) -> Option<u64> {
+        let (file, live) = self.loadavg.take().ok()?;
+        if !live {
+            return None;
+        }
+        let last = parse::parse_last_pid(self.buf.read_all_at(&file).ok()?);
+        self.loadavg.put_back(file, live);
+        last
     }
 
     /// `since_boot` (a CLOCK_BOOTTIME reading, such as a task's `start_boottime`) as procfs

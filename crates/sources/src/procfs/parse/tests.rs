@@ -115,6 +115,19 @@ fn forks_from_the_processes_line() {
 }
 
 #[test]
+fn last_pid_from_loadavg() {
+    assert_eq!(parse_last_pid(b"0.00 0.01 0.05 1/123 4567\n"), Some(4567));
+    assert_eq!(parse_last_pid(b"0.00 0.01 0.05 1/123 4567"), Some(4567));
+    assert_eq!(parse_last_pid(b"0.00 0.01 0.05 1/123 x\n"), None);
+    assert_eq!(parse_last_pid(b""), None);
+    assert_eq!(
+        parse_last_pid(b"\n4567\n"),
+        None,
+        "only the first line counts"
+    );
+}
+
+#[test]
 fn uptime_is_exact() {
     assert_eq!(
         parse_uptime(b"363.17 671.60\n"),
@@ -218,6 +231,7 @@ proptest::proptest! {
         let _ = parse_cpu_line(&bytes);
         let _ = parse_forks(&bytes);
         let _ = parse_uptime(&bytes);
+        let _ = parse_last_pid(&bytes);
         let _ = parse_cmdline(&bytes);
         let _ = select_cgroup_path(&String::from_utf8_lossy(&bytes));
     }
