@@ -16,12 +16,13 @@
 //! delta credited, exactly, in ns.
 //!
 //! On a tree of the agent's own pid namespace the group's CPU clock ([`super::clock`]) gives
-//! the whole group's runtime in ns, ended threads included, whatever its thread count. It
-//! names a pid rather than a process, so it stands in for a `schedstat` read by path: while no
-//! task is created no other process can take the pid. There it also reads processes with
-//! several threads, which `schedstat` cannot. A held `schedstat`, which reads its own process
-//! or fails, is still read where one is held. A delta is only ever taken between two readings
-//! of one kind ([`Runtime`]).
+//! the whole group's runtime in ns, ended threads included, whatever its thread count and
+//! whatever starts meanwhile: its delta is the group's CPU time over the interval, exactly. It
+//! names a pid rather than a process, so a process read through it at a pid the kernel gave
+//! out again since the scan before is checked through its `stat` after the scan
+//! (`ProcfsSource::check_read_by_pid`). A kernel thread's held `schedstat`, which reads its
+//! own process or fails, is still read where one is held. A delta is only ever taken between
+//! two readings of one kind ([`Runtime`]).
 //!
 //! A `stat` read credits `max(credited, stat time)`. So what is credited never goes back, and
 //! never runs ahead of the truth R (the group's runtime: the leader's delta is at most R's, and
@@ -96,8 +97,9 @@ impl Credit {
 
     /// Whether the runtime read in the scan before `generation` may stand for the process: it
     /// was read in that scan, and it is the group's, or the main thread's of a process that
-    /// had one thread at its last `stat` read. The caller adds that no task was created since
-    /// that scan, or that the process is a kernel thread read through a held file.
+    /// had one thread at its last `stat` read. The caller adds, for the main thread's, that no
+    /// task was created since that scan or that the process is a kernel thread read through a
+    /// held file; for the group's, that its pid is checked after the scan.
     pub fn leader_suffices(&self, generation: u64) -> bool {
         self.leader.is_some_and(|(runtime, read_in)| {
             read_in.wrapping_add(1) == generation

@@ -333,6 +333,17 @@ fn on_this_host_the_time_of_threads_that_ended_between_scans_is_credited() {
 /// each credited no more than its group's runtime after the scan and never less than before.
 #[test]
 fn processes_are_read_through_their_group_clock_while_no_task_starts() {
+    read_through_the_group_clock(false);
+}
+
+/// The same while a task starts before every scan: the clock counts threads that started and
+/// ended too, and a pid that may have changed hands is checked after the scan.
+#[test]
+fn processes_are_read_through_their_group_clock_while_tasks_start() {
+    read_through_the_group_clock(true);
+}
+
+fn read_through_the_group_clock(forks_move: bool) {
     let script = "exec python3 -c 'import threading, time\n\
                   def burn():\n    while True:\n        t = time.thread_time()\n\
                   \x20       while time.thread_time() - t < 0.002: pass\n\
@@ -355,9 +366,14 @@ fn processes_are_read_through_their_group_clock_while_no_task_starts() {
     source.group_clock = true;
     let mut last = std::collections::HashMap::new();
     let mut in_ns = std::collections::HashMap::new();
+    let mut forks = 10;
     let mut scan = |source: &mut ProcfsSource,
                     in_ns: &mut std::collections::HashMap<u32, usize>| {
         std::thread::sleep(Duration::from_millis(30));
+        if forks_move {
+            forks += 1;
+            set_forks(root.path(), forks);
+        }
         let stat_before = [truth(many).0, truth(one).0];
         let snapshot = source.snapshot().unwrap();
         for (i, pid) in [many, one].into_iter().enumerate() {
@@ -373,7 +389,8 @@ fn processes_are_read_through_their_group_clock_while_no_task_starts() {
             *in_ns.entry(pid).or_insert(0) += usize::from(!whole_ticks(cpu));
         }
     };
-    // The first scan has no fork count before it, the second no baseline: `stat` both times.
+    // `stat` first, with a baseline of the clock (and without a fork count before it, or with
+    // one that moved), then the clock.
     for _ in 0..6 {
         scan(&mut source, &mut in_ns);
     }
@@ -384,11 +401,6 @@ fn processes_are_read_through_their_group_clock_while_no_task_starts() {
             "{pid}: {baseline:?}"
         );
         assert!(in_ns[&pid] >= 3, "{pid}: {} credits in ns", in_ns[&pid]);
-    }
-    // A task started: `stat` again, then a baseline, then the clock.
-    set_forks(root.path(), 11);
-    for _ in 0..3 {
-        scan(&mut source, &mut in_ns);
     }
 }
 

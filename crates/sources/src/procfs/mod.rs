@@ -1,7 +1,8 @@
 //! The procfs usage source: node CPU times from `/proc/stat`, per-process CPU time from
-//! `/proc/<pid>/stat` (between `stat` reads from the main thread's `schedstat` where that
-//! thread is the whole process and no task started, or it is a kernel thread, and from the
-//! group's CPU clock while no task starts: [`credit`], [`clock`]),
+//! `/proc/<pid>/stat` (between `stat` reads from the group's CPU clock where the tree is of
+//! the agent's own pid namespace, else from the main thread's `schedstat` where that thread is
+//! the whole process and no task started, and a kernel thread's held `schedstat`: [`credit`],
+//! [`clock`]),
 //! what identifies a process read once when it first appears, and the usage counters of the
 //! cgroups that count the processes ([`crate::cgroups`]), through which the time of processes
 //! no scan saw reaches their container, pod or VM. The processes of a cgroup in which nothing
@@ -55,8 +56,8 @@ struct Cached {
     /// Its `stat`, kept open to be read again each scan (see [`MAX_HELD_STAT_FILES`]).
     stat: Option<File>,
     /// Its `schedstat`, kept open while it has one thread (see [`credit`]), within the same
-    /// bound. Beyond it, and for processes of several threads, the group's CPU clock is read
-    /// where it can be ([`clock`]).
+    /// bound: a kernel thread's, and any single-threaded process's where the group's CPU clock
+    /// cannot be read ([`clock`]).
     schedstat: Option<File>,
     credit: Credit,
     /// Its main thread was asleep at its last `stat` read and has not run since: it must run
@@ -99,6 +100,13 @@ struct ScanReads {
     /// `stat`, so the next scan may read them by it: this scan or the one before saw no task
     /// created.
     baselines: bool,
+    /// Through the group's CPU clock whether or not tasks were created, where the tree is of
+    /// the agent's own pid namespace: the clock counts every thread, those that started and
+    /// ended since the scan before too, and a pid that may have changed hands since is
+    /// checked after the scan ([`ProcfsSource::check_read_by_pid`]). On a node where
+    /// something starts every second (probes, cron, a build) no scan is quiet, and every
+    /// process would otherwise be read through `stat`.
+    by_clock: bool,
 }
 
 /// How [`ProcfsSource::load_held_stat`] read a `stat`.
@@ -146,14 +154,17 @@ pub struct ProcfsSource {
     /// Whether `schedstat` counts runtime on this tree (procfs' own, with the kernel's
     /// scheduler statistics).
     schedstat_counts: bool,
-    /// Whether the tree is of this process's pid namespace, so that a pid's CPU clock is the
-    /// process the tree lists under it ([`clock::tree_is_own`]).
+    /// Whether the tree is of this process's pid namespace, so that a pid's CPU clock is of
+    /// the process the tree lists under it ([`clock::tree_is_own`]).
     group_clock: bool,
     /// The processes this scan read through their CPU clock, checked after it
     /// ([`Self::check_read_by_pid`]); kept between scans as a buffer.
     read_by_pid: Vec<u32>,
     /// The most pids the kernel gives out, read once ([`clock::pid_max`]).
     pid_max: Option<u64>,
+    /// The last pid given out and the fork count, both read at the start of the scan before:
+    /// a pid the kernel gave out since may have changed hands since that scan's reads.
+    pid_cursor_before: (Option<u64>, Option<u64>),
     /// The node's fork count at the scan before, and whether it had moved then.
     forks_before: Option<u64>,
     quiet_before: bool,
@@ -190,6 +201,7 @@ impl ProcfsSource {
             group_clock: false,
             read_by_pid: Vec::new(),
             pid_max: None,
+            pid_cursor_before: (None, None),
             forks_before: None,
             quiet_before: false,
             all_stat_at: None,
@@ -245,8 +257,9 @@ impl ProcfsSource {
     /// The process at `pid` through the runtime its baseline was read from, the main thread's
     /// `schedstat` or the group's CPU clock, where [`Credit`] lets it stand for the whole
     /// process this scan; `None` where not, or when the read fails (the caller then reads
-    /// `stat`). A `schedstat` not held is read by path, and the clock by pid: while no task
-    /// starts, no other process can have taken the pid.
+    /// `stat`). A `schedstat` not held is read by path (while no task starts, no other
+    /// process can have taken the pid), and the clock by pid, checked after the scan
+    /// ([`Self::check_read_by_pid`]).
     fn read_by_leader(&mut self, pid: u32, pid_name: &OsStr) -> Option<ProcessUsage> {
         let generation = self.generation;
         let cached = self.cache.get_mut(&pid)?;
@@ -364,7 +377,9 @@ impl ProcfsSource {
             Unmoved::Unread(usage) => return Some(usage),
             // Its `stat` tells whether it is asleep, for the next scan.
             Unmoved::StateUnknown => false,
-            Unmoved::No => self.reads.by_leader || self.kthread_held_leader(pid),
+            Unmoved::No => {
+                self.reads.by_leader || self.kthread_held_leader(pid) || self.clock_baseline(pid)
+            }
         };
         if by_leader {
             if let Some(usage) = self.read_by_leader(pid, pid_name) {
@@ -372,13 +387,14 @@ impl ProcfsSource {
             }
         }
         let usage = self.read_by_stat(pid, pid_name)?;
-        // A kernel thread's is taken whether or not tasks start, where its `schedstat` is or
-        // can be held: only a held one may be read while they do. The group's clock counts
-        // every thread, so it serves processes of any thread count.
+        // The group's clock is taken whether or not tasks start, for processes of any thread
+        // count. So is a kernel thread's `schedstat` where it is or can be held: only a held
+        // one may be read while tasks start.
         let baseline = self.cache.get(&pid).is_some_and(|c| {
             let holds = c.schedstat.is_some() || self.held_schedstat < self.held_budget;
             let single = c.credit.single();
-            (self.reads.baselines && (single || self.group_clock))
+            (self.reads.baselines && single)
+                || self.group_clock
                 || (single && self.schedstat_counts && c.info.kernel_thread && holds)
         });
         if baseline {
@@ -395,6 +411,17 @@ impl ProcfsSource {
                 .cache
                 .get(&pid)
                 .is_some_and(|c| c.info.kernel_thread && c.schedstat.is_some())
+    }
+
+    /// Whether `pid` has a baseline of its group's CPU clock this scan may read it through
+    /// (see [`ScanReads::by_clock`]; [`Self::read_by_leader`] checks that it is the last
+    /// scan's).
+    fn clock_baseline(&self, pid: u32) -> bool {
+        self.reads.by_clock
+            && self
+                .cache
+                .get(&pid)
+                .is_some_and(|c| matches!(c.credit.leader_runtime(), Some(Runtime::Group(_))))
     }
 
     fn read_by_stat(&mut self, pid: u32, pid_name: &OsStr) -> Option<ProcessUsage> {
@@ -532,7 +559,8 @@ impl UsageSource for ProcfsSource {
             _ => self.read_listed(&mut processes)?,
         };
         let known = self.cache.len();
-        let complete = self.check_read_by_pid(last_pid, forks, &mut processes) && complete;
+        let before = std::mem::replace(&mut self.pid_cursor_before, (last_pid, forks));
+        let complete = self.check_read_by_pid(before, &mut processes) && complete;
         // A process not read (gone, or unreadable this time) makes the next scan list again.
         self.listed_at_forks = forks.filter(|_| complete);
         let generation = self.generation;
@@ -584,24 +612,24 @@ impl ProcfsSource {
             by_leader,
             kthreads_by_leader: self.schedstat_counts && stat_recent,
             baselines,
+            by_clock: self.group_clock && stat_recent,
         }
     }
 
     /// Makes sure that each process this scan read through its CPU clock was the process its
-    /// pid named when its baseline was read. The clock names a pid, which may go to another
-    /// process only once a task is created, and the scan read its fork count (`forks`)
-    /// unmoved since the scan before; `last_pid`, read before that count, closes the rest: a
-    /// pid that changed hands during the scan was given out during it, between `last_pid` and
-    /// the last pid after the scan ([`clock::given_out_between`]). Each such process (each
-    /// one, where the last pid cannot be read or so many tasks started that the kernel may have
-    /// come round) is checked through its `stat`: one gone by now, or another at its pid, is
-    /// taken out of the snapshot as ended, its time left to its cgroup's counter. True when
-    /// none was. An unmoved last pid is taken as no task created: to come back to it within
-    /// the scan the kernel would have to give out every free pid.
+    /// pid named when it was identified. The clock names a pid, which goes to another process
+    /// only when the kernel gives it out again; the pids it gave out from the start of the
+    /// scan before (`before`: the last pid and the fork count read then, ahead of that scan's
+    /// reads) to the end of this one lie between that last pid and the one after this scan
+    /// ([`clock::given_out_between`]). Each process read at such a pid (each one, where the
+    /// last pid cannot be read, or so many tasks started that the kernel may have come round)
+    /// is checked through its `stat`: one gone by now, or another at its pid, is taken out of
+    /// the snapshot as ended, its time left to its cgroup's counter. True when none was. An
+    /// unmoved last pid is taken as no task created: to come back to it the kernel would have
+    /// to give out every free pid in between.
     fn check_read_by_pid(
         &mut self,
-        last_pid: Option<u64>,
-        forks: Option<u64>,
+        (last_pid, forks): (Option<u64>, Option<u64>),
         processes: &mut Vec<ProcessUsage>,
     ) -> bool {
         if self.read_by_pid.is_empty() {
