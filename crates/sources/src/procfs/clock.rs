@@ -7,11 +7,18 @@
 //! opened by path (`bench/procfs_clock.sh`).
 //!
 //! The clock names a pid, not a process: it is read only for a procfs tree of this process's
-//! own pid namespace ([`tree_is_own`]), and only where no other process can have taken the pid
-//! since the process was identified (see [`super::credit`]).
+//! own pid namespace ([`tree_is_own`]), and a process read through it at a pid the kernel gave
+//! out again since the scan before is checked after the scan
+//! ([`ProcfsSource::check_read_by_pid`]; see also [`super::credit`]).
 
+use std::ffi::OsStr;
+use std::fmt::Write as _;
 use std::fs::File;
 use std::path::Path;
+
+use kepler_core::ProcessUsage;
+
+use super::ProcfsSource;
 
 /// The kernel's clock id for the scheduler runtime of the thread group `pid`
 /// (`MAKE_PROCESS_CPUCLOCK(pid, CPUCLOCK_SCHED)`); `None` for 0, which would name the caller.
@@ -69,6 +76,77 @@ pub(crate) fn given_out_between(pid: u64, before: u64, after: u64) -> bool {
 pub(crate) fn pid_max(root: &Path) -> Option<u64> {
     let text = std::fs::read_to_string(root.join("sys/kernel/pid_max")).ok()?;
     text.trim().parse().ok()
+}
+
+impl ProcfsSource {
+    /// Makes sure that each process this scan read through its CPU clock was the process its
+    /// pid named when it was identified. The clock names a pid, which goes to another process
+    /// only when the kernel gives it out again; the pids it gave out from the start of the
+    /// scan before (`before`: the last pid and the fork count read then, ahead of that scan's
+    /// reads) to the end of this one lie between that last pid and the one after this scan
+    /// ([`given_out_between`]). Each process read at such a pid (each one, where the
+    /// last pid cannot be read, or so many tasks started that the kernel may have come round)
+    /// is checked through its `stat`: one gone by now, or another at its pid, is taken out of
+    /// the snapshot as ended, its time left to its cgroup's counter. True when none was. An
+    /// unmoved last pid is taken as no task created: to come back to it the kernel would have
+    /// to give out every free pid in between.
+    pub(super) fn check_read_by_pid(
+        &mut self,
+        (last_pid, forks): (Option<u64>, Option<u64>),
+        processes: &mut Vec<ProcessUsage>,
+    ) -> bool {
+        if self.read_by_pid.is_empty() {
+            return true;
+        }
+        let after = self.reader.read_last_pid();
+        let given_out = match (last_pid, after) {
+            (Some(before), Some(after)) if before == after => None,
+            (Some(before), Some(after)) if self.few_tasks_since(forks) => Some((before, after)),
+            _ => Some((0, u64::MAX)),
+        };
+        let mut complete = true;
+        if let Some((before, after)) = given_out {
+            let mut pids = std::mem::take(&mut self.read_by_pid);
+            let mut name = std::mem::take(&mut self.pid_name);
+            for &pid in &pids {
+                if !given_out_between(u64::from(pid), before, after) {
+                    continue;
+                }
+                name.clear();
+                // Writing to a String cannot fail.
+                let _ = write!(name, "{pid}");
+                let now = self
+                    .reader
+                    .read_stat(OsStr::new(&name))
+                    .map(|s| s.start_time);
+                let same = now.is_some() && self.cache.get(&pid).map(|c| c.start_ticks) == now;
+                if !same {
+                    tracing::debug!(pid, "read through its clock while its pid changed hands");
+                    processes.retain(|p| p.key.pid != pid);
+                    self.cache.remove(&pid);
+                    complete = false;
+                }
+            }
+            pids.clear();
+            self.read_by_pid = pids;
+            self.pid_name = name;
+        }
+        self.read_by_pid.clear();
+        complete
+    }
+
+    /// Whether fewer tasks were created since the fork count `forks` was read than would bring
+    /// the kernel's pid cursor round to where it was: half the pids there are.
+    fn few_tasks_since(&mut self, forks: Option<u64>) -> bool {
+        let (Some(forks), Some(pid_max)) = (forks, self.pid_max) else {
+            return false;
+        };
+        self.reader
+            .read_node_stat()
+            .ok()
+            .and_then(|stat| stat.forks)
+            .is_some_and(|now| now.saturating_sub(forks) < pid_max / 2)
+    }
 }
 
 #[cfg(test)]
