@@ -84,12 +84,12 @@ impl ProcfsSource {
     /// only when the kernel gives it out again; the pids it gave out from the start of the
     /// scan before (`before`: the last pid and the fork count read then, ahead of that scan's
     /// reads) to the end of this one lie between that last pid and the one after this scan
-    /// ([`given_out_between`]). Each process read at such a pid (each one, where the
-    /// last pid cannot be read, or so many tasks started that the kernel may have come round)
-    /// is checked through its `stat`: one gone by now, or another at its pid, is taken out of
-    /// the snapshot as ended, its time left to its cgroup's counter. True when none was. An
-    /// unmoved last pid is taken as no task created: to come back to it the kernel would have
-    /// to give out every free pid in between.
+    /// ([`given_out_between`]). Each process read at such a pid (each one, where the last pid
+    /// cannot be read, or so many tasks started that the kernel may have come round) is
+    /// checked through its `stat`: one gone by now, or another at its pid, is taken out of the
+    /// snapshot as ended (where the agent reads cgroup counters, its last time reaches its
+    /// cgroup through them). True when none was. An unmoved last pid is taken as no task
+    /// created: to come back to it the kernel would have to give out every free pid in between.
     pub(super) fn check_read_by_pid(
         &mut self,
         (last_pid, forks): (Option<u64>, Option<u64>),
