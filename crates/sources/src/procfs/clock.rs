@@ -11,12 +11,10 @@
 //! out again since the scan before is checked after the scan
 //! ([`ProcfsSource::check_read_by_pid`]; see also [`super::credit`]).
 
-use std::ffi::OsStr;
-use std::fmt::Write as _;
 use std::fs::File;
 use std::path::Path;
 
-use kepler_core::ProcessUsage;
+use kepler_core::{ProcessKey, ProcessUsage};
 
 use super::ProcfsSource;
 
@@ -102,34 +100,30 @@ impl ProcfsSource {
         let given_out = match (last_pid, after) {
             (Some(before), Some(after)) if before == after => None,
             (Some(before), Some(after)) if self.few_tasks_since(forks) => Some((before, after)),
+            // Every pid: the range check cannot tell.
             _ => Some((0, u64::MAX)),
         };
         let mut complete = true;
         if let Some((before, after)) = given_out {
-            let mut pids = std::mem::take(&mut self.read_by_pid);
-            let mut name = std::mem::take(&mut self.pid_name);
-            for &pid in &pids {
-                if !given_out_between(u64::from(pid), before, after) {
-                    continue;
-                }
-                name.clear();
-                // Writing to a String cannot fail.
-                let _ = write!(name, "{pid}");
-                let now = self
-                    .reader
-                    .read_stat(OsStr::new(&name))
-                    .map(|s| s.start_time);
-                let same = now.is_some() && self.cache.get(&pid).map(|c| c.start_ticks) == now;
-                if !same {
+            let user_hz = self.reader.user_hz();
+            let pids = std::mem::take(&mut self.read_by_pid);
+            for &pid in pids
+                .iter()
+                .filter(|&&pid| given_out_between(u64::from(pid), before, after))
+            {
+                let known = self.cache.get(&pid).map(|c| ProcessKey {
+                    pid,
+                    start_time: super::parse::ticks_to_duration(c.start_ticks, user_hz),
+                });
+                if known.is_none() || self.reader.process_key(pid) != known {
                     tracing::debug!(pid, "read through its clock while its pid changed hands");
                     processes.retain(|p| p.key.pid != pid);
                     self.cache.remove(&pid);
                     complete = false;
                 }
             }
-            pids.clear();
+            // Handed back as a buffer for the next scan (emptied below).
             self.read_by_pid = pids;
-            self.pid_name = name;
         }
         self.read_by_pid.clear();
         complete
