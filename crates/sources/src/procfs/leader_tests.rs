@@ -266,11 +266,12 @@ fn on_this_host_a_burner_s_credit_stays_between_its_stat_and_its_runtime() {
     eprintln!("{by_leader} of 12 scans read the burner through its main thread");
 }
 
-/// On this host's `/proc`, with a task started every few milliseconds: kernel threads hold
-/// their `schedstat` and are read through it, each credited no more than its runtime and never
-/// less than before.
+/// On this host's `/proc`, with a task started every few milliseconds: kernel threads are read
+/// through their CPU clock, holding no file, each credited no more than its runtime and never
+/// less than before. (A kernel thread's held `schedstat`, where the clock cannot be read, is
+/// `a_kernel_thread_is_read_through_its_main_thread_while_tasks_start`.)
 #[test]
-fn on_this_host_kernel_threads_are_read_through_their_main_thread_while_tasks_start() {
+fn on_this_host_kernel_threads_are_read_through_their_clock_while_tasks_start() {
     let _alone = alone();
     let _forker = spawn("while :; do /bin/true; sleep 0.005; done");
     let mut source = ProcfsSource::new("/proc".into(), Arc::new(NoWorkloads)).unwrap();
@@ -296,13 +297,27 @@ fn on_this_host_kernel_threads_are_read_through_their_main_thread_while_tasks_st
             in_ns += usize::from(!whole_ticks(p.cpu_time));
         }
     }
-    let held = source
+    let kthreads: Vec<_> = source
         .cache
         .values()
-        .filter(|c| c.info.kernel_thread && c.schedstat.is_some())
+        .filter(|c| c.info.kernel_thread)
+        .collect();
+    assert!(
+        kthreads.iter().all(|c| c.schedstat.is_none()),
+        "a schedstat held"
+    );
+    let by_clock = kthreads
+        .iter()
+        .filter(|c| {
+            matches!(
+                c.credit.leader_runtime(),
+                Some(super::credit::Runtime::Group(_))
+            )
+        })
         .count();
-    assert!(held > 0, "no kernel thread holds its schedstat");
-    eprintln!("{held} kernel threads held their schedstat; {in_ns} credits in ns");
+    assert!(by_clock > 0, "no kernel thread read through its clock");
+    assert!(in_ns > 0, "no credit in ns");
+    eprintln!("{by_clock} kernel threads read through their clock; {in_ns} credits in ns");
 }
 
 /// Threads that start and end between two scans are counted: their start moves the fork count,

@@ -2,7 +2,8 @@
 //! `/proc/<pid>/stat` (between `stat` reads from the group's CPU clock where the tree is of
 //! the agent's own pid namespace, else from the main thread's `schedstat` where that thread is
 //! the whole process and no task started, and a kernel thread's held `schedstat`: [`credit`],
-//! [`clock`]),
+//! [`clock`]), new processes found at the pids given out since where the tree is the agent's
+//! own and by a listing elsewhere ([`discover`]),
 //! what identifies a process read once when it first appears, and the usage counters of the
 //! cgroups that count the processes ([`crate::cgroups`]), through which the time of processes
 //! no scan saw reaches their container, pod or VM. The processes of a cgroup in which nothing
@@ -13,6 +14,7 @@
 
 mod clock;
 mod credit;
+mod discover;
 mod parse;
 pub(crate) mod read;
 mod reader;
@@ -43,6 +45,7 @@ use crate::cgroups::{Counting, UsageCounters};
 pub use reader::{NodeStat, ProcessDescription, ProcessState, ProcfsReader};
 
 use credit::{Credit, Runtime};
+use discover::Discovery;
 
 use parse::{PidStat, PF_KTHREAD};
 use read::io_error;
@@ -56,8 +59,8 @@ struct Cached {
     /// Its `stat`, kept open to be read again each scan (see [`MAX_HELD_STAT_FILES`]).
     stat: Option<File>,
     /// Its `schedstat`, kept open while it has one thread (see [`credit`]), within the same
-    /// bound: a kernel thread's, and any single-threaded process's where the group's CPU clock
-    /// cannot be read ([`clock`]).
+    /// bound, where the group's CPU clock cannot be read ([`clock`]): a kernel thread's, and
+    /// any single-threaded process's.
     schedstat: Option<File>,
     credit: Credit,
     /// Its main thread was asleep at its last `stat` read and has not run since: it must run
@@ -72,9 +75,8 @@ struct Cached {
 /// (`bench/procfs_pread.py`). Each costs a descriptor and ~4.3 KiB of kernel memory, though
 /// (procfs keeps the file's text buffer while it is open), so only the first processes seen
 /// are held: all of them on most nodes, the long-lived ones on larger ones, for at most
-/// ~4.3 MiB. As many `schedstat` files may be held beside them, for kernel threads, and for
-/// other single-threaded processes where the group's CPU clock cannot be read (~4 KiB each
-/// likewise).
+/// ~4.3 MiB. Where the group's CPU clock cannot be read, as many `schedstat` files may be held
+/// beside them, for kernel threads and other single-threaded processes (~4 KiB each likewise).
 const MAX_HELD_STAT_FILES: usize = 1024;
 
 /// The longest a process is read through its main thread's `schedstat` before its `stat` is
@@ -143,11 +145,17 @@ pub struct ProcfsSource {
     /// `held_cap`.
     held_budget: usize,
     held_cap: usize,
-    /// The node's fork count read before the last listing of the tree that read every process
-    /// it named, kept while each scan since read every process known. While the count stays
-    /// the same no process can have started, so the known ones are read without a listing
-    /// (which costs about as much as reading every `stat` again).
+    /// The node's fork count read before the last scan that found every process (a listing of
+    /// the tree that read every process it named, or a probe of the pids given out: see
+    /// [`discover`]), kept while each scan since read every process known. While the count
+    /// stays the same no process can have started, so the known ones are read without a
+    /// listing (which costs about as much as reading every `stat` again).
     listed_at_forks: Option<u64>,
+    /// The last pid given out, read at the start of that scan (after the fork count): every
+    /// process at a pid given out up to it is known ([`discover`]).
+    discovered_to: Option<u64>,
+    /// How the last scan found new processes.
+    discovery: Discovery,
     /// Buffers of [`Self::read_known`], kept between scans.
     known_pids: Vec<u32>,
     pid_name: String,
@@ -195,6 +203,8 @@ impl ProcfsSource {
             held_budget: 0,
             held_cap: MAX_HELD_STAT_FILES,
             listed_at_forks: None,
+            discovered_to: None,
+            discovery: Discovery::List,
             known_pids: Vec::new(),
             pid_name: String::new(),
             schedstat_counts: false,
@@ -310,10 +320,10 @@ impl ProcfsSource {
             return;
         };
         let through_schedstat = self.schedstat_counts && cached.credit.single();
-        // Where the clock can be read, only a kernel thread's `schedstat` is held: read through
-        // it, the thread may stand for itself while tasks start elsewhere (see
-        // `ScanReads::kthreads_by_leader`), which a clock read by pid may not.
-        let hold = through_schedstat && (cached.info.kernel_thread || !self.group_clock);
+        // Where the clock can be read no `schedstat` is held, a kernel thread's neither: the
+        // clock is read whatever starts, the pids given out since checked after the scan, and
+        // costs about half a held file's `pread` (`bench/procfs_clock.sh`).
+        let hold = through_schedstat && !self.group_clock;
         if hold && cached.schedstat.is_none() && self.held_schedstat < self.held_budget {
             if let Ok(file) = self.reader.open_schedstat(pid_name) {
                 self.held_schedstat += 1;
@@ -388,8 +398,8 @@ impl ProcfsSource {
         }
         let usage = self.read_by_stat(pid, pid_name)?;
         // The group's clock is taken whether or not tasks start, for processes of any thread
-        // count. So is a kernel thread's `schedstat` where it is or can be held: only a held
-        // one may be read while tasks start.
+        // count, kernel threads too. Elsewhere so is a kernel thread's `schedstat` where it is
+        // or can be held: only a held one may be read while tasks start.
         let baseline = self.cache.get(&pid).is_some_and(|c| {
             let holds = c.schedstat.is_some() || self.held_schedstat < self.held_budget;
             let single = c.credit.single();
@@ -527,20 +537,22 @@ impl UsageSource for ProcfsSource {
     }
 
     fn snapshot(&mut self) -> Result<UsageSnapshot, ReadError> {
-        // The last pid given out is read before the fork count: the two together cover every
-        // task created from the scan before to the end of this one (see `check_read_by_pid`).
+        // Uptime is read before the scan: a process that starts during the scan and is missed
+        // then has a start time after this uptime, so the next tick counts all its CPU time.
+        // The fork count is read before it too: a process started after it counts, so the next
+        // scan finds it.
+        let NodeStat {
+            cpu: node, forks, ..
+        } = self.reader.read_node_stat()?;
+        // The last pid given out, after the fork count: every task the count includes has a
+        // pid up to it ([`discover`]), and it covers every task created from the scan before
+        // to the end of this one for the check of pids read through their clock
+        // (`check_read_by_pid`).
         let last_pid = if self.group_clock {
             self.reader.read_last_pid()
         } else {
             None
         };
-        // Uptime is read before the scan: a process that starts during the scan and is missed
-        // then has a start time after this uptime, so the next tick counts all its CPU time.
-        // The fork count is read before it too: a process started after it counts, so the next
-        // scan lists the tree.
-        let NodeStat {
-            cpu: node, forks, ..
-        } = self.reader.read_node_stat()?;
         let uptime = self.reader.read_uptime()?;
         // Read before the scan: a process that starts after it is not in the counters yet.
         let mut cgroups = Vec::new();
@@ -554,15 +566,27 @@ impl UsageSource for ProcfsSource {
         self.held_budget = held_stat_budget(self.held_cap);
         self.reads = self.scan_reads(forks, uptime);
         let mut processes = Vec::with_capacity(self.last_count + self.last_count / 8 + 16);
-        let complete = match forks {
-            Some(forks) if self.listed_at_forks == Some(forks) => self.read_known(&mut processes),
-            _ => self.read_listed(&mut processes)?,
+        let discovery = self.discovery(forks, last_pid);
+        let complete = match discovery {
+            Discovery::Known => self.read_known(&mut processes, None),
+            Discovery::Probe { after, to } => self.read_known(&mut processes, Some((after, to))),
+            Discovery::List => self.read_listed(&mut processes)?,
         };
         let known = self.cache.len();
         let before = std::mem::replace(&mut self.pid_cursor_before, (last_pid, forks));
         let complete = self.check_read_by_pid(before, &mut processes) && complete;
-        // A process not read (gone, or unreadable this time) makes the next scan list again.
+        // A process not read and not known to have ended (unreadable this time, or at a pid
+        // that changed hands) makes the next scan list again.
+        // A scan that found nothing new found every process only as far as the last one that
+        // looked: a task created between its fork count and its cursor readings is still to
+        // be found.
         self.listed_at_forks = forks.filter(|_| complete);
+        self.discovered_to = match discovery {
+            Discovery::Known => self.discovered_to,
+            Discovery::Probe { .. } | Discovery::List => last_pid,
+        }
+        .filter(|_| complete);
+        self.discovery = discovery;
         let generation = self.generation;
         self.cache.retain(|_, c| c.generation == generation);
         if let Some(counters) = &mut self.counters {
@@ -616,7 +640,15 @@ impl ProcfsSource {
         }
     }
 
-    /// Reads every process the tree lists; true when each one listed was read.
+    /// Whether the process at `pid`, which a read just missed, has ended: no thread group is at
+    /// its pid any more, where the tree is this process's own. A process that ended is no
+    /// process left unknown, so the next scan need not look for it; one unreadable, or that
+    /// cannot be told, is.
+    fn ended(&self, pid: u32) -> bool {
+        self.group_clock && clock::group_runtime(pid).is_none()
+    }
+
+    /// Reads every process the tree lists; true when each one listed was read, or has ended.
     fn read_listed(&mut self, processes: &mut Vec<ProcessUsage>) -> Result<bool, ReadError> {
         let root = self.reader.root();
         let dir = fs::read_dir(root).map_err(|e| io_error(root, e))?;
@@ -636,18 +668,22 @@ impl ProcfsSource {
             };
             match self.read_process(pid, &name) {
                 Some(process) => processes.push(process),
-                None => complete = false,
+                None => complete &= self.ended(pid),
             }
         }
         Ok(complete)
     }
 
-    /// Reads the processes the last scan read, in pid order as a listing gives them; true
-    /// when each one was read.
-    fn read_known(&mut self, processes: &mut Vec<ProcessUsage>) -> bool {
+    /// Reads the processes the last scan read, and with `probe` those at pids given out
+    /// within it that it did not know ([`discover`]), in pid order as a listing gives them;
+    /// true when each one was read, or has ended.
+    fn read_known(&mut self, processes: &mut Vec<ProcessUsage>, probe: Option<(u64, u64)>) -> bool {
         let mut pids = std::mem::take(&mut self.known_pids);
         pids.clear();
         pids.extend(self.cache.keys().copied());
+        if let Some((after, to)) = probe {
+            self.add_new_pids(after, to, &mut pids);
+        }
         pids.sort_unstable();
         let mut name = std::mem::take(&mut self.pid_name);
         let mut complete = true;
@@ -657,7 +693,7 @@ impl ProcfsSource {
             let _ = write!(name, "{pid}");
             match self.read_process(pid, OsStr::new(&name)) {
                 Some(process) => processes.push(process),
-                None => complete = false,
+                None => complete &= self.ended(pid),
             }
         }
         self.known_pids = pids;
