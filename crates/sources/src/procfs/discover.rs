@@ -1,8 +1,8 @@
-//! How a scan finds the processes it does not know yet. Listing the tree costs ~2.7 µs an
-//! entry with caches as cold as a 1 s interval leaves them (~190 µs for the ~70 processes of an
-//! idle node, ~2.7 ms with 1,000 more, ~27 ms with 10,000), and a scan had to list whenever a
-//! task had started anywhere on the node since the last listing: every scan under churn, every
-//! few seconds on most nodes.
+//! How a scan finds the processes it does not know yet. Listing the tree costs 1.3–2.7 µs an
+//! entry with caches as cold as a 1 s interval leaves them (~180 µs for the ~70 processes of an
+//! idle node, ~1.4 ms with 1,000 more), and a scan had to list whenever a task had started
+//! anywhere on the node since the last listing: every scan under churn, every few seconds on
+//! most nodes.
 //!
 //! Where the tree is of the agent's own pid namespace ([`super::clock::tree_is_own`]), a new
 //! process can only be at a pid the kernel gave out since the last scan that found every
@@ -25,8 +25,8 @@
 use super::clock::group_runtime;
 use super::ProcfsSource;
 
-/// How a probe of one pid compares with listing one entry (`bench/procfs_discover.sh`: ~0.3
-/// against ~2.7 µs), with room for a listing's entries that are not processes.
+/// How a probe of one pid compares with listing one entry (`bench/procfs_discover.sh`:
+/// 0.23–0.27 against 1.3–2.7 µs), with room to spare.
 const PROBES_PER_LISTED_ENTRY: usize = 4;
 /// Pids probed rather than a listing made however few processes the scan knows.
 const PROBES_ANYWAY: usize = 64;
@@ -50,7 +50,9 @@ fn pids_given_out(after: u64, to: u64, pid_max: u64) -> u64 {
     if after <= to {
         to - after
     } else {
-        pid_max.saturating_sub(after + 1) + to
+        pid_max
+            .saturating_sub(after.saturating_add(1))
+            .saturating_add(to)
     }
 }
 
