@@ -4,6 +4,7 @@
     load.py sleepers N    N processes that never wake (`sleep infinity`)
     load.py wakers N      N processes that wake once a second (a perl select loop)
     load.py churn RATE    RATE short-lived processes (`true`) per second
+    load.py churn RATE N  the same beside N processes that never wake
 
 With LOAD_CGROUP=DIR in the environment it first moves itself into the cgroup2 cgroup DIR, so
 that the load runs in a cgroup of its own as a container's processes would (the default: the
@@ -44,16 +45,21 @@ def reap():
             return
 
 
-def hold(count, argv):
+def start_all(count, argv):
     start = spawn(argv)
     for _ in range(count):
         start()
+
+
+def hold(count, argv):
+    start_all(count, argv)
     print("ready", flush=True)
     while True:
         signal.pause()
 
 
-def churn(rate):
+def churn(rate, sleepers=0):
+    start_all(sleepers, SLEEP_ARGV)
     start = spawn(TRUE_ARGV)
     stop = []
     signal.signal(signal.SIGTERM, lambda *_: stop.append(True))
@@ -82,7 +88,10 @@ def join_cgroup():
 
 
 def main():
-    if len(sys.argv) != 3 or sys.argv[1] not in ("sleepers", "wakers", "churn"):
+    kinds = ("sleepers", "wakers", "churn")
+    if not 3 <= len(sys.argv) <= 4 or sys.argv[1] not in kinds:
+        sys.exit(__doc__)
+    if len(sys.argv) == 4 and sys.argv[1] != "churn":
         sys.exit(__doc__)
     kind, n = sys.argv[1], int(sys.argv[2])
     join_cgroup()
@@ -91,7 +100,7 @@ def main():
     elif kind == "wakers":
         hold(n, WAKE_ARGV)
     else:
-        churn(n)
+        churn(n, int(sys.argv[3]) if len(sys.argv) == 4 else 0)
 
 
 if __name__ == "__main__":

@@ -46,9 +46,12 @@ LOADS = {
     # run in the bench's cgroup: the root on the development VM).
     "sleep1k-cg": ["sleepers", "1000"],
     "sleep10k-cg": ["sleepers", "10000"],
+    # Churn beside many processes: what a source that lists /proc to find new ones pays for
+    # every process at every scan after a task started.
+    "sleep1k-churn100": ["churn", "100", "1000"],
 }
 # Run only when named (--scenarios): the full run's six are the issue's.
-EXTRA_LOADS = ["sleep1k-cg", "sleep10k-cg"]
+EXTRA_LOADS = ["sleep1k-cg", "sleep10k-cg", "sleep1k-churn100"]
 QUICK_LOADS = ["idle", "wake1k", "churn100"]
 
 # (name, kind, interval); Scaphandre has no interval: its Prometheus exporter refreshes when

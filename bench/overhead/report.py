@@ -16,6 +16,7 @@ LABELS = {
     "churn1k": "churn 1,000 spawns/s",
     "sleep1k-cg": "+1,000 sleeping processes in a cgroup of their own",
     "sleep10k-cg": "+10,000 sleeping processes in a cgroup of their own",
+    "sleep1k-churn100": "+1,000 sleeping processes and churn 100 spawns/s",
 }
 ORDER = list(LABELS)
 INTERVALS = ["5s", "1s"]
