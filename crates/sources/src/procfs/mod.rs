@@ -154,7 +154,8 @@ pub struct ProcfsSource {
     /// The last pid given out, read at the start of that scan (after the fork count): every
     /// process at a pid given out up to it is known ([`discover`]).
     discovered_to: Option<u64>,
-    /// How the last scan found new processes.
+    /// How the last scan found new processes; read by nothing but the tests, which check
+    /// that a scan probed rather than listed.
     discovery: Discovery,
     /// Buffers of [`Self::read_known`], kept between scans.
     known_pids: Vec<u32>,
@@ -577,10 +578,10 @@ impl UsageSource for ProcfsSource {
         let complete = self.check_read_by_pid(before, &mut processes) && complete;
         // A process not read and not known to have ended (unreadable this time, or at a pid
         // that changed hands) makes the next scan list again.
+        self.listed_at_forks = forks.filter(|_| complete);
         // A scan that found nothing new found every process only as far as the last one that
         // looked: a task created between its fork count and its cursor readings is still to
         // be found.
-        self.listed_at_forks = forks.filter(|_| complete);
         self.discovered_to = match discovery {
             Discovery::Known => self.discovered_to,
             Discovery::Probe { .. } | Discovery::List => last_pid,
