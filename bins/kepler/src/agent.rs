@@ -11,7 +11,7 @@ use kepler_core::{
 };
 use kepler_exporters::on_demand::Wait;
 use kepler_exporters::{
-    AgentState, AgentStats, EbpfCounts, ExportContext, Output, OutputError, ProcessStats,
+    AgentState, AgentStats, EbpfCounts, ExportContext, Output, OutputError, OwnProcess,
     PrometheusOutput, Publication, Readiness, RefreshOnScrape, Routes, SelfCollectors, SelfReader,
     StdoutOutput,
 };
@@ -49,7 +49,8 @@ pub fn run(config: Config) -> Result<()> {
     let refusals = Arc::new(kepler_http::Refusals::new());
     context.http_refusals = Some(refusals.clone());
     context.self_collectors = self_collectors(&config);
-    let self_collectors = context.self_collectors;
+    context.own_process = own_process_reader(context.self_collectors)
+        .map(|reader| Arc::new(reader) as Arc<dyn OwnProcess>);
     let state = Arc::new(AgentState::new(context));
     let mut service = Service::new();
 
@@ -136,7 +137,6 @@ pub fn run(config: Config) -> Result<()> {
         sampler,
         outputs,
         ebpf_stats,
-        own_process: own_process_reader(self_collectors),
         ticks: 0,
         reader_gone: reader_gone.clone(),
         failed_ticks: RepeatLog::default(),
@@ -261,9 +261,9 @@ fn self_collectors(config: &Config) -> SelfCollectors {
     }
 }
 
-/// The reader of the agent's own process when a debug collector wants it. Always the agent's
-/// own `/proc`, not `host.procfs`: in a container that is the host's, where `self` may not be
-/// this process.
+/// The reader of the agent's own process when a debug collector wants it, read by each scrape.
+/// Always the agent's own `/proc`, not `host.procfs`: in a container that is the host's, where
+/// `self` may not be this process.
 fn own_process_reader(collectors: SelfCollectors) -> Option<SelfReader> {
     if !collectors.any() {
         return None;
@@ -272,17 +272,6 @@ fn own_process_reader(collectors: SelfCollectors) -> Option<SelfReader> {
         Ok(reader) => Some(reader),
         Err(e) => {
             warn!(error = %e, "cannot read /proc; process_* metrics are not exported");
-            None
-        }
-    }
-}
-
-/// The agent's own process, read once per tick.
-fn own_process(reader: &SelfReader) -> Option<ProcessStats> {
-    match reader.read() {
-        Ok(stats) => Some(stats),
-        Err(e) => {
-            tracing::debug!(error = %e, "reading /proc/self; process_* metrics skipped this tick");
             None
         }
     }
@@ -311,7 +300,6 @@ struct Ticker {
     sampler: Sampler,
     outputs: Vec<(Box<dyn Output>, Arc<ComponentHealth>)>,
     ebpf_stats: Option<Arc<kepler_ebpf::EbpfStats>>,
-    own_process: Option<SelfReader>,
     ticks: u64,
     reader_gone: Arc<tokio::sync::Notify>,
     /// A source that fails every tick is logged once a minute, not every tick.
@@ -340,7 +328,6 @@ impl Ticker {
                             task_iterator: s.task_iterator.load(Ordering::Relaxed),
                             exits_counted: s.exits_counted.load(Ordering::Relaxed),
                         }),
-                        process: self.own_process.as_ref().and_then(own_process),
                     },
                     has_energy: self.sampler.had_energy(),
                 };

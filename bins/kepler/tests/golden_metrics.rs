@@ -19,8 +19,8 @@ use std::time::Duration;
 use kepler_agent::sampler::Sampler;
 use kepler_core::{AttributionConfig, Attributor};
 use kepler_exporters::{
-    AgentState, AgentStats, BuildInfo, EbpfCounts, ExportContext, Format, Output, ProcessStats,
-    PrometheusOutput, Publication, SelfCollectors,
+    AgentState, AgentStats, BuildInfo, EbpfCounts, ExportContext, Format, Output, OwnProcess,
+    ProcessStats, PrometheusOutput, Publication, SelfCollectors,
 };
 use kepler_meters::{Clock, FakeMeter, FakeSettings, ManualClock};
 use kepler_sources::ProcfsSource;
@@ -403,6 +403,16 @@ fn write_cpuinfo(root: &Path) {
 }
 
 /// Runs the pipeline over the fixture and returns the state a scrape would encode.
+/// The agent's own process as every scrape of the golden run reads it.
+#[derive(Debug)]
+struct FixedProcess(ProcessStats);
+
+impl OwnProcess for FixedProcess {
+    fn read(&self) -> std::io::Result<ProcessStats> {
+        Ok(self.0)
+    }
+}
+
 fn run_agent() -> Arc<AgentState> {
     let processes = processes();
     assert_no_split_ties(&processes);
@@ -431,6 +441,16 @@ fn run_agent() -> Arc<AgentState> {
         process: true,
         runtime: true,
     };
+    // Read by each scrape; fixed here so that the files do not depend on the test's process.
+    context.own_process = Some(Arc::new(FixedProcess(ProcessStats {
+        cpu_seconds: 1.25 * TICKS as f64,
+        resident_memory_bytes: 12_582_912,
+        virtual_memory_bytes: 104_857_600,
+        open_fds: 11,
+        max_fds: 1_048_576,
+        start_time_seconds: 1_700_000_000.5,
+        threads: 6,
+    })));
     let state = Arc::new(AgentState::new(context));
     let mut output = PrometheusOutput::new(state.clone());
 
@@ -468,15 +488,6 @@ fn run_agent() -> Arc<AgentState> {
                 exits_deferred: 5,
                 task_iterator: false,
                 exits_counted: false,
-            }),
-            process: Some(ProcessStats {
-                cpu_seconds: 1.25 * (tick as f64 + 1.0),
-                resident_memory_bytes: 12_582_912,
-                virtual_memory_bytes: 104_857_600,
-                open_fds: 11,
-                max_fds: 1_048_576,
-                start_time_seconds: 1_700_000_000.5,
-                threads: 6,
             }),
         };
         output

@@ -23,14 +23,10 @@ pub(crate) fn clock(id: libc::clockid_t) -> io::Result<Duration> {
     Ok(Duration::new(secs, nanos))
 }
 
-/// Time since boot including suspend (CLOCK_BOOTTIME, the clock of `start_boottime` and of
-/// `/proc/uptime`), floored to a tick like process start times are. Flooring keeps a process
-/// started after this instant at a start time ≥ this uptime, which is how attribution decides
-/// that all of its CPU time belongs to the coming interval.
+/// Time since boot, floored to a tick as process start times are (see
+/// [`ProcfsReader::uptime_by_clock`]).
 pub(crate) fn uptime(procfs: &ProcfsReader) -> Result<Duration, ReadError> {
-    let now = clock(libc::CLOCK_BOOTTIME)
-        .map_err(|e| ReadError::Other(format!("clock_gettime(CLOCK_BOOTTIME): {e}")))?;
-    Ok(procfs.floor_to_tick(now))
+    procfs.uptime_by_clock()
 }
 
 /// CLOCK_MONOTONIC in ns: the clock of `bpf_ktime_get_ns`.

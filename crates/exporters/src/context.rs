@@ -7,7 +7,7 @@ use std::time::Duration;
 use kepler_core::{CpuInfo, Health};
 
 use crate::level::MetricsLevel;
-use crate::self_process::{ProcessStats, SelfCollectors};
+use crate::self_process::{OwnProcess, SelfCollectors};
 
 /// Labels of `kepler_build_info`.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -43,8 +43,6 @@ pub struct AgentStats {
     pub ticks: u64,
     /// The eBPF source's own counters, when it is the usage source.
     pub ebpf: Option<EbpfCounts>,
-    /// The agent's own process (`process_*`), when a debug collector asks for it.
-    pub process: Option<ProcessStats>,
 }
 
 #[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
@@ -78,6 +76,8 @@ pub struct ExportContext {
     pub health: Arc<Health>,
     /// Which `process_*` families are exported (upstream's debugCollectors).
     pub self_collectors: SelfCollectors,
+    /// Where those families are read from, at each encode; `None` leaves them out.
+    pub own_process: Option<Arc<dyn OwnProcess>>,
     /// What the agent's HTTP server turned away, read live at each scrape; `None` where no
     /// server serves this context (tests, golden output).
     pub http_refusals: Option<Arc<kepler_http::Refusals>>,
@@ -94,6 +94,7 @@ impl ExportContext {
             agent: AgentStats::default(),
             health: Arc::new(Health::new()),
             self_collectors: SelfCollectors::default(),
+            own_process: None,
             http_refusals: None,
         }
     }

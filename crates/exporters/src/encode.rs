@@ -401,15 +401,15 @@ pub fn encode(
 ) {
     let mut w = MetricWriter::new(out, format, &ctx.node_name);
     encode_head(&mut w, ctx);
-    encode_health(&mut w, &ctx.health, ctx.http_refusals.as_deref());
+    encode_live_parts(&mut w, ctx);
     encode_rest(&mut w, snapshot, ctx);
     w.finish();
 }
 
-/// [`encode()`] without the health families, which are read live: appends what comes before
-/// them and what comes after, and returns where the health families go. Scrapes of one snapshot
+/// [`encode()`] without the families read live (health, the agent's own process): appends what
+/// comes before them and what comes after, and returns where they go. Scrapes of one snapshot
 /// share this part (see `AgentState::scrape`).
-pub(crate) fn encode_without_health(
+pub(crate) fn encode_without_live(
     snapshot: Option<&PowerSnapshot>,
     ctx: &ExportContext,
     format: Format,
@@ -423,13 +423,22 @@ pub(crate) fn encode_without_health(
     split
 }
 
-/// The health families alone, as [`encode()`] writes them.
-pub(crate) fn encode_health_only(ctx: &ExportContext, format: Format, out: &mut Vec<u8>) {
-    encode_health(
-        &mut MetricWriter::new(out, format, &ctx.node_name),
-        &ctx.health,
-        ctx.http_refusals.as_deref(),
-    );
+/// The families read live alone, as [`encode()`] writes them.
+pub(crate) fn encode_live(ctx: &ExportContext, format: Format, out: &mut Vec<u8>) {
+    encode_live_parts(&mut MetricWriter::new(out, format, &ctx.node_name), ctx);
+}
+
+/// Health, then the agent's own process, read now.
+fn encode_live_parts(w: &mut MetricWriter<'_>, ctx: &ExportContext) {
+    encode_health(w, &ctx.health, ctx.http_refusals.as_deref());
+    if let Some(own) = &ctx.own_process {
+        match own.read() {
+            Ok(p) => encode_self(w, &p, ctx.self_collectors),
+            Err(e) => {
+                tracing::debug!(error = %e, "reading /proc/self; process_* left out of this scrape");
+            }
+        }
+    }
 }
 
 /// Build and CPU info, the agent's tick counters.
@@ -480,12 +489,8 @@ fn encode_head(w: &mut MetricWriter<'_>, ctx: &ExportContext) {
     }
 }
 
-/// The agent's own process, then the snapshot.
+/// The snapshot.
 fn encode_rest(w: &mut MetricWriter<'_>, snapshot: Option<&PowerSnapshot>, ctx: &ExportContext) {
-    if let Some(p) = ctx.agent.process {
-        encode_self(w, &p, ctx.self_collectors);
-    }
-
     if let Some(s) = snapshot {
         w.family(&r::AGENT_PROCESSES).sample([], s.processes.len());
         let levels = ctx.levels;

@@ -56,5 +56,5 @@ pub use outputs::{Output, OutputError, PrometheusOutput, Publication, StdoutOutp
 pub use registry::{metrics_markdown, Desc, Describe, MetricType};
 pub use routes::{router, router_with, Routes};
 pub use scrape::ScrapeBody;
-pub use self_process::{ProcessStats, SelfCollectors, SelfReader};
+pub use self_process::{OwnProcess, ProcessStats, SelfCollectors, SelfReader};
 pub use state::{AgentState, Readiness};

@@ -744,7 +744,8 @@ pub fn metrics_markdown() -> String {
         "The `process_*` families describe the agent's own process, as in every Prometheus \
          client library, and follow `exporter.prometheus.debugCollectors` rather than a level: \
          `process` exports all but `process_threads`; `go` (upstream's Go runtime collector; \
-         there is no Go runtime here) exports `process_threads`.\n\n",
+         there is no Go runtime here) exports `process_threads`. Like those libraries, the \
+         agent reads them from `/proc/self` at each scrape, not at each tick.\n\n",
     );
     s.push_str("| Name | Type | Labels | Help | Level |\n");
     s.push_str("|---|---|---|---|---|\n");

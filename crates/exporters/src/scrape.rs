@@ -3,8 +3,8 @@
 //! A snapshot's exposition can be megabytes. Encoding it per scrape costs CPU per scraper and,
 //! worse, a buffer per connection for as long as the client takes to read it: 300 slow readers
 //! held 300 copies (1.2 GB). Here each snapshot is encoded once per format; every scrape of it
-//! gets a reference to the same bytes. Only the health families, which are read live, are
-//! encoded per scrape (a few hundred bytes).
+//! gets a reference to the same bytes. Only the families read live, health and the agent's own
+//! process, are encoded per scrape (a few hundred bytes).
 
 use std::collections::VecDeque;
 use std::pin::Pin;
@@ -18,16 +18,16 @@ use kepler_core::PowerSnapshot;
 use crate::context::ExportContext;
 use crate::encode::Format;
 
-/// One scrape's body: the shared part around the health families.
+/// One scrape's body: the shared part around the families read live.
 #[derive(Clone, Debug)]
 pub struct ScrapeBody {
     parts: VecDeque<Bytes>,
 }
 
 impl ScrapeBody {
-    pub(crate) fn new(head: Bytes, health: Bytes, rest: Bytes) -> ScrapeBody {
+    pub(crate) fn new(head: Bytes, live: Bytes, rest: Bytes) -> ScrapeBody {
         ScrapeBody {
-            parts: [head, health, rest].into_iter().collect(),
+            parts: [head, live, rest].into_iter().collect(),
         }
     }
 

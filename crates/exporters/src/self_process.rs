@@ -1,12 +1,14 @@
 //! The agent's own process metrics (`process_*`, as every Prometheus client library exports
-//! them), read from `/proc/self` on the sampling thread so that scrapes only encode.
+//! them), read from `/proc/self` when a scrape encodes them, as those libraries read them: fresh
+//! at each scrape, and not at all between scrapes. At a 1 s interval scraped every 5 s, reading
+//! them at every tick cost ~10 % of the agent's CPU on an idle node (docs/benchmarks.md, "The
+//! agent's own process read at scrape time").
 //!
-//! Read every tick, so kept to three syscalls: `/proc/self/stat` is held open and read again
-//! from offset 0 (it alone has the CPU times, memory sizes and thread count that `status`
-//! and `limits` were once parsed for), the open descriptors are counted by the kernel
-//! (`stat` of `/proc/self/fd` gives their number since Linux 6.2; older kernels list the
-//! directory), and the descriptor limit is `getrlimit`'s. At a 1 s interval on an idle node
-//! the text files and the listing were about a sixth of the agent's CPU time.
+//! A reading is three syscalls: `/proc/self/stat` is held open and read again from offset 0
+//! (it alone has the CPU times, memory sizes and thread count that `status` and `limits` were
+//! once parsed for), the open descriptors are counted by the kernel (`stat` of `/proc/self/fd`
+//! gives their number since Linux 6.2; older kernels list the directory), and the descriptor
+//! limit is `getrlimit`'s.
 
 use std::fs::{self, File};
 use std::io;
@@ -57,7 +59,13 @@ pub struct Scale {
 /// `/proc/self/stat` is one line of at most 52 numbers and a 64-byte name: far below this.
 const STAT_MAX: usize = 4096;
 
-/// Reads the agent's own process once per tick.
+/// What a scrape reads the agent's own process through: [`SelfReader`], or fixed readings
+/// where the output must not depend on the process that renders it (golden files).
+pub trait OwnProcess: Send + Sync + std::fmt::Debug {
+    fn read(&self) -> io::Result<ProcessStats>;
+}
+
+/// Reads the agent's own process at each scrape.
 #[derive(Debug)]
 pub struct SelfReader {
     stat: File,
@@ -113,6 +121,12 @@ impl SelfReader {
             0 => Ok((fs::read_dir(&self.fd_dir)?.count() as u64).saturating_sub(1)),
             n => Ok(n),
         }
+    }
+}
+
+impl OwnProcess for SelfReader {
+    fn read(&self) -> io::Result<ProcessStats> {
+        SelfReader::read(self)
     }
 }
 

@@ -9,7 +9,7 @@ use bytes::Bytes;
 use kepler_core::PowerSnapshot;
 
 use crate::context::{AgentStats, ExportContext};
-use crate::encode::{encode, encode_health_only, encode_without_health, Format};
+use crate::encode::{encode, encode_live, encode_without_live, Format};
 use crate::on_demand::RefreshOnScrape;
 use crate::scrape::{ScrapeBody, ScrapeCache};
 
@@ -125,7 +125,7 @@ impl AgentState {
         let context = self.context.load_full();
         let (head, rest) = self.scrapes.get(format, snapshot.as_ref(), &context, || {
             let mut buf = self.buffers.take();
-            let split = encode_without_health(snapshot.as_deref(), &context, format, &mut buf);
+            let split = encode_without_live(snapshot.as_deref(), &context, format, &mut buf);
             self.buffers.encoded(buf.len());
             let body = Bytes::from_owner(PooledBuffer {
                 buf,
@@ -133,9 +133,9 @@ impl AgentState {
             });
             (body, split)
         });
-        let mut health = Vec::new();
-        encode_health_only(&context, format, &mut health);
-        ScrapeBody::new(head, Bytes::from(health), rest)
+        let mut live = Vec::new();
+        encode_live(&context, format, &mut live);
+        ScrapeBody::new(head, Bytes::from(live), rest)
     }
 
     /// The latest snapshot encoded, in one buffer of its own (for outputs other than HTTP and
@@ -252,7 +252,6 @@ mod tests {
             last_tick_duration: Duration::from_millis(3),
             ticks: 7,
             ebpf: None,
-            process: None,
         };
         state.publish(snapshot(), stats);
         let first = state.scrape(Format::Text004);
@@ -283,6 +282,72 @@ mod tests {
         assert!(String::from_utf8(third.to_vec())
             .unwrap()
             .contains("kepler_agent_ticks_total{node_name=\"n\"} 8\n"));
+    }
+
+    /// Counts its reads; each reading's CPU time is the number of reads so far, plus a half.
+    #[derive(Debug, Default)]
+    struct CountingProcess {
+        reads: std::sync::atomic::AtomicU64,
+        failing: std::sync::atomic::AtomicBool,
+    }
+
+    impl crate::self_process::OwnProcess for CountingProcess {
+        fn read(&self) -> std::io::Result<crate::ProcessStats> {
+            if self.failing.load(Ordering::Relaxed) {
+                return Err(std::io::Error::other("gone"));
+            }
+            let n = self.reads.fetch_add(1, Ordering::Relaxed) + 1;
+            Ok(crate::ProcessStats {
+                cpu_seconds: n as f64 + 0.5,
+                ..Default::default()
+            })
+        }
+    }
+
+    #[test]
+    fn the_agents_own_process_is_read_by_each_scrape_and_not_between() {
+        let own = Arc::new(CountingProcess::default());
+        let mut context = ExportContext::new("n");
+        context.self_collectors.process = true;
+        context.own_process = Some(own.clone());
+        context
+            .health
+            .register(kepler_core::ComponentKind::Meter, "rapl");
+        let state = AgentState::new(context);
+        for _ in 0..5 {
+            state.publish(snapshot(), AgentStats::default());
+        }
+        assert_eq!(own.reads.load(Ordering::Relaxed), 0, "read between scrapes");
+
+        let cpu = |body: ScrapeBody| {
+            let text = String::from_utf8(body.to_vec()).unwrap();
+            let line = text
+                .lines()
+                .find(|l| l.starts_with("process_cpu_seconds_total"))
+                .map(str::to_owned);
+            (line, text)
+        };
+        // Two scrapes of one snapshot share its encoding, yet each reads the process afresh.
+        let (first, _) = cpu(state.scrape(Format::Text004));
+        let (second, text) = cpu(state.scrape(Format::Text004));
+        assert_eq!(first.as_deref(), Some("process_cpu_seconds_total 1.5"));
+        assert_eq!(second.as_deref(), Some("process_cpu_seconds_total 2.5"));
+        // In the same place as in a whole encode: after health, before the snapshot.
+        let health = text.find("kepler_agent_component_up").unwrap();
+        let process = text.find("process_cpu_seconds_total").unwrap();
+        let snapshot_part = text.find("kepler_agent_processes").unwrap();
+        assert!(health < process && process < snapshot_part, "{text}");
+
+        // A failed reading leaves the families out of that scrape only.
+        own.failing.store(true, Ordering::Relaxed);
+        let (line, text) = cpu(state.scrape(Format::Text004));
+        assert_eq!(line, None);
+        assert!(text.contains("kepler_agent_processes"), "{text}");
+        own.failing.store(false, Ordering::Relaxed);
+        assert_eq!(
+            cpu(state.scrape(Format::Text004)).0.as_deref(),
+            Some("process_cpu_seconds_total 3.5")
+        );
     }
 
     #[test]

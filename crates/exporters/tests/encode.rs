@@ -525,10 +525,20 @@ fn platform_readings_carry_upstream_labels_and_only_at_node_level() {
     assert!(!String::from_utf8_lossy(&out).contains("kepler_platform_watts"));
 }
 
+/// A process that never changes, so the output does not depend on the test's own process.
+#[derive(Debug)]
+struct Fixed(kepler_exporters::ProcessStats);
+
+impl kepler_exporters::OwnProcess for Fixed {
+    fn read(&self) -> std::io::Result<kepler_exporters::ProcessStats> {
+        Ok(self.0)
+    }
+}
+
 #[test]
 fn self_process_families_follow_the_debug_collectors() {
     let mut ctx = support::context();
-    ctx.agent.process = Some(kepler_exporters::ProcessStats {
+    ctx.own_process = Some(std::sync::Arc::new(Fixed(kepler_exporters::ProcessStats {
         cpu_seconds: 2.5,
         resident_memory_bytes: 4096,
         virtual_memory_bytes: 8192,
@@ -536,7 +546,7 @@ fn self_process_families_follow_the_debug_collectors() {
         max_fds: 1024,
         start_time_seconds: 1_700_000_000.25,
         threads: 3,
-    });
+    })));
     let text = render(&ctx, Format::Text004);
     assert!(!text.contains("process_open_fds"), "off by default");
 

@@ -38,7 +38,6 @@ fn routers() -> &'static [Router; 2] {
                 last_tick_duration: Duration::from_millis(4),
                 ticks: 1,
                 ebpf: None,
-                process: None,
             },
         );
         [router(fresh), router(ticked)]

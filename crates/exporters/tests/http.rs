@@ -61,7 +61,6 @@ fn publish(state: &AgentState) {
             last_tick_duration: Duration::from_millis(4),
             ticks: 1,
             ebpf: None,
-            process: None,
         },
     );
 }

@@ -60,7 +60,6 @@ async fn prometheus_ingests_our_openmetrics_output() {
             last_tick_duration: Duration::from_millis(4),
             ticks: 5,
             ebpf: None,
-            process: None,
         },
     );
     let server = Server::bind(&["127.0.0.1:0".to_string()], None)

@@ -31,7 +31,6 @@ fn publish(state: &AgentState, tick: u64) {
             last_tick_duration: Duration::from_millis(4),
             ticks: tick,
             ebpf: None,
-            process: None,
         },
     );
 }

@@ -55,10 +55,10 @@ pub fn context() -> ExportContext {
             last_tick_duration: Duration::from_micros(2500),
             ticks: 12,
             ebpf: None,
-            process: None,
         },
         health: Arc::new(Health::new()),
         self_collectors: Default::default(),
+        own_process: None,
         http_refusals: None,
     }
 }

@@ -196,7 +196,7 @@ pub(super) fn held(target: &str) -> usize {
 }
 
 #[test]
-fn the_node_stat_and_uptime_of_procfs_are_held_and_read_afresh_and_a_fixture_s_are_not() {
+fn procfs_stat_is_held_and_read_afresh_its_uptime_read_by_clock_and_a_fixture_s_are_not() {
     let _alone = alone();
     let mut reader = super::ProcfsReader::new("/proc").unwrap();
     let before = held("/proc/stat");
@@ -212,16 +212,26 @@ fn the_node_stat_and_uptime_of_procfs_are_held_and_read_afresh_and_a_fixture_s_a
     }
     assert!(last.total > first.total, "the held file read stale");
     assert_eq!(held("/proc/stat"), before + 1, "one file, read again");
-    // So is the uptime, and it moves with the clock.
+    // The uptime is read from the file once, then from the clock the file prints: no file
+    // held, and what it gives lies between what the file says before and after.
+    let file_uptime = || {
+        let text = fs::read_to_string("/proc/uptime").unwrap();
+        super::parse::parse_uptime(text.as_bytes()).unwrap()
+    };
     let held_uptime = held("/proc/uptime");
     let up = reader.read_uptime().unwrap();
-    assert_eq!(held("/proc/uptime"), held_uptime + 1);
-    std::thread::sleep(Duration::from_millis(30));
-    assert!(
-        reader.read_uptime().unwrap() > up,
-        "the held uptime read stale"
-    );
-    assert_eq!(held("/proc/uptime"), held_uptime + 1);
+    assert_eq!(held("/proc/uptime"), held_uptime, "uptime held");
+    for _ in 0..3 {
+        std::thread::sleep(Duration::from_millis(30));
+        let file_before = file_uptime();
+        let by_clock = reader.read_uptime().unwrap();
+        let file_after = file_uptime();
+        assert!(
+            file_before <= by_clock && by_clock <= file_after && by_clock > up,
+            "{file_before:?} <= {by_clock:?} <= {file_after:?}, after {up:?}"
+        );
+    }
+    assert_eq!(held("/proc/uptime"), held_uptime);
     drop(reader);
     assert_eq!(held("/proc/stat"), before, "closed with the reader");
 

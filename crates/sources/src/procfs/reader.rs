@@ -64,6 +64,9 @@ pub struct ProcfsReader {
     uptime: TickFile,
     /// `<root>/loadavg`, for the last pid given out ([`Self::read_last_pid`]).
     loadavg: TickFile,
+    /// Set once `<root>/uptime` was found to be procfs' own: uptime is then read from the
+    /// clock it prints, without a read of the file.
+    uptime_by_clock: bool,
     /// Whether a fixture's `stat` counts forks as the kernel's would (tests of the source's
     /// listing rule); the kernel's own is always trusted.
     fixture_counts_forks: bool,
@@ -112,6 +115,7 @@ impl ProcfsReader {
             node_stat: TickFile::new(root.join("stat")),
             uptime: TickFile::new(root.join("uptime")),
             loadavg: TickFile::new(root.join("loadavg")),
+            uptime_by_clock: false,
             fixture_counts_forks: false,
             usage_names: None,
             path: PathBuf::with_capacity(root.as_os_str().len() + 32),
@@ -204,15 +208,48 @@ impl ProcfsReader {
         self.fixture_counts_forks = true;
     }
 
-    /// Time since boot from `<root>/uptime`, exact to the digits the kernel prints.
+    /// Time since boot from `<root>/uptime`, exact to the digits the kernel prints. Once the
+    /// file was found to be procfs' own, from [`Self::uptime_by_clock`], what the file prints
+    /// (to the tick) without its ~5 µs read: the file is printed from the reader's clock, in
+    /// the reader's time namespace, whichever procfs mount it is read through.
     pub(crate) fn read_uptime(&mut self) -> Result<Duration, ReadError> {
+        if self.uptime_by_clock {
+            return self.uptime_by_clock();
+        }
         let (file, live) = self.uptime.take()?;
         let path = &self.uptime.path;
         let content = self.buf.read_all_at(&file).map_err(|e| io_error(path, e))?;
         let uptime =
             parse::parse_uptime(content).ok_or_else(|| parse_error(path, "no uptime in seconds"));
-        self.uptime.put_back(file, live);
+        // Not held: the file is not read again.
+        self.uptime_by_clock = live && uptime.is_ok();
+        if !live {
+            self.uptime.put_back(file, live);
+        }
         uptime
+    }
+
+    /// Time since boot including suspend (CLOCK_BOOTTIME, the clock of `/proc/uptime` and of
+    /// process start times), floored to a tick as start times are. Flooring keeps a process
+    /// started after this instant at a start time ≥ this uptime, which is how attribution
+    /// decides that all of its CPU time belongs to the coming interval.
+    pub fn uptime_by_clock(&self) -> Result<Duration, ReadError> {
+        let mut ts = libc::timespec {
+            tv_sec: 0,
+            tv_nsec: 0,
+        };
+        // SAFETY: clock_gettime writes one timespec, which `ts` is, and reads nothing else.
+        if unsafe { libc::clock_gettime(libc::CLOCK_BOOTTIME, &mut ts) } != 0 {
+            let e = std::io::Error::last_os_error();
+            return Err(ReadError::Other(format!(
+                "clock_gettime(CLOCK_BOOTTIME): {e}"
+            )));
+        }
+        let now = Duration::new(
+            u64::try_from(ts.tv_sec).unwrap_or(0),
+            u32::try_from(ts.tv_nsec).unwrap_or(0),
+        );
+        Ok(self.floor_to_tick(now))
     }
 
     /// The last pid the kernel gave out in this process's pid namespace, the last field of
