@@ -59,8 +59,10 @@ pub struct ProcfsReader {
     buf: Buffer,
     /// `<root>/<pid>/<file>`, rebuilt in place for each read so it allocates only while growing.
     path: PathBuf,
-    /// `<root>/stat` and `<root>/uptime`, read every tick.
+    /// `<root>/stat`, read every tick.
     node_stat: TickFile,
+    /// `<root>/uptime`, read every tick until it is found to be procfs' own (see
+    /// [`Self::read_uptime`]); never held.
     uptime: TickFile,
     /// `<root>/loadavg`, for the last pid given out ([`Self::read_last_pid`]).
     loadavg: TickFile,
@@ -221,11 +223,9 @@ impl ProcfsReader {
         let content = self.buf.read_all_at(&file).map_err(|e| io_error(path, e))?;
         let uptime =
             parse::parse_uptime(content).ok_or_else(|| parse_error(path, "no uptime in seconds"));
-        // Not held: the file is not read again.
+        // Never held: procfs' own is not read again, a fixture's is opened at each read.
+        drop(file);
         self.uptime_by_clock = live && uptime.is_ok();
-        if !live {
-            self.uptime.put_back(file, live);
-        }
         uptime
     }
 
