@@ -12,8 +12,10 @@
 # sampler thread (snapshots and attribution) and the others (HTTP: encoding and sending). The
 # scraper is one Python process that starts none: a fork would make the procfs source list
 # /proc again. CONFIG=FILE passes --config.file FILE to both (`ebpf: {enabled: false}` for the
-# procfs source). LOAD_CGROUP=1 runs the load in a cgroup2 cgroup of its own, as a container's
-# processes would run (the default: this script's cgroup).
+# procfs source); CONFIG_A=FILE and CONFIG_B=FILE give each build a configuration of its own
+# instead, so that one build run twice weighs what a setting costs. LOAD_CGROUP=1 runs the load
+# in a cgroup2 cgroup of its own, as a container's processes would run (the default: this
+# script's cgroup).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 a=$1 b=$2 kind=${3:-churn} n=${4:-1000} interval=${5:-5s} rounds=${6:-3}
@@ -55,13 +57,18 @@ accounting() {
 }
 printf '| round | build | agent user+system CPU (%% of one core) | of which the sampler thread | minor faults/s | RSS (MiB) | accounting |\n|---|---|---|---|---|---|---|\n'
 for r in $(seq "$rounds"); do
-  order=("$a" "$b")
-  [ $((r % 2)) = 0 ] && order=("$b" "$a")
+  order=(a b)
+  [ $((r % 2)) = 0 ] && order=(b a)
   agents=()
   ports=()
-  for bin in "${order[@]}"; do
+  labels=()
+  for side in "${order[@]}"; do
+    if [ "$side" = a ]; then bin=$a config=${CONFIG_A:-${CONFIG:-}}; else bin=$b config=${CONFIG_B:-${CONFIG:-}}; fi
+    label=$bin
+    [ -n "${CONFIG_A:-}${CONFIG_B:-}" ] && label="$bin ($(basename "${config:-defaults}"))"
+    labels+=("$label")
     port=$(free_port)
-    "$bin" ${CONFIG:+--config.file "$CONFIG"} --host.sysfs "$tmp" \
+    "$bin" ${config:+--config.file "$config"} --host.sysfs "$tmp" \
       --web.listen-address 127.0.0.1:"$port" --monitor.interval "$interval" \
       --log.level warn >/dev/null 2>&1 &
     agents+=($!)
@@ -92,7 +99,7 @@ while True:
   for i in 0 1; do
     p=${agents[$i]}
     rss=$(awk '/VmRSS/ {print $2}' "/proc/$p/status")
-    printf '| %s | %s | %.3f | %.3f | %d | %.1f | %s |\n' "$r" "${order[$i]}" \
+    printf '| %s | %s | %.3f | %.3f | %d | %.1f | %s |\n' "$r" "${labels[$i]}" \
       "$(echo "($(cpu "$p")-${c0[$i]})*100/25000000000" | bc -l)" \
       "$(echo "($(sampler_cpu "$p")-${s0[$i]})*100/25000000000" | bc -l)" \
       $(( ($(faults "$p") - ${f0[$i]}) / 25 )) "$(echo "$rss/1024" | bc -l)" \

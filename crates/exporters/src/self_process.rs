@@ -1,7 +1,7 @@
 //! The agent's own process metrics (`process_*`, as every Prometheus client library exports
 //! them), read from `/proc/self` when a scrape encodes them, as those libraries read them: fresh
 //! at each scrape, and not at all between scrapes. At a 1 s interval scraped every 5 s, reading
-//! them at every tick cost ~10 % of the agent's CPU on an idle node (docs/benchmarks.md, "The
+//! them at every tick cost 3–4 % of the agent's CPU on an idle node (docs/benchmarks.md, "The
 //! agent's own process read at scrape time").
 //!
 //! A reading is three syscalls: `/proc/self/stat` is held open and read again from offset 0
