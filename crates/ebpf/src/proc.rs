@@ -2,26 +2,13 @@
 //! process descriptions and keys) goes through `kepler_sources::ProcfsReader`, shared with the
 //! procfs source so both read and convert it alike.
 
-use std::io;
 use std::time::Duration;
 
 use kepler_core::ReadError;
 use kepler_sources::ProcfsReader;
 
-/// Reads clock `id`.
-pub(crate) fn clock(id: libc::clockid_t) -> io::Result<Duration> {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: `ts` is a valid out-pointer.
-    if unsafe { libc::clock_gettime(id, &mut ts) } != 0 {
-        return Err(io::Error::last_os_error());
-    }
-    let secs = u64::try_from(ts.tv_sec).unwrap_or(0);
-    let nanos = u32::try_from(ts.tv_nsec).unwrap_or(0);
-    Ok(Duration::new(secs, nanos))
-}
+// Read through the sources crate's one wrapper of `clock_gettime`.
+pub(crate) use kepler_sources::procfs::read_clock as clock;
 
 /// Time since boot, floored to a tick as process start times are (see
 /// [`ProcfsReader::uptime_by_clock`]).

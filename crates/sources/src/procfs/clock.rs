@@ -12,7 +12,9 @@
 //! ([`ProcfsSource::check_read_by_pid`]; see also [`super::credit`]).
 
 use std::fs::File;
+use std::io;
 use std::path::Path;
+use std::time::Duration;
 
 use kepler_core::{ProcessKey, ProcessUsage};
 
@@ -30,18 +32,28 @@ fn process_sched_clock(pid: u32) -> Option<libc::clockid_t> {
 /// namespace: its live threads' and its ended threads'. `None` when no such group exists (it
 /// was reaped, or `pid` names a thread that leads none).
 pub(crate) fn group_runtime(pid: u32) -> Option<u64> {
-    let clock = process_sched_clock(pid)?;
+    let runtime = read_clock(process_sched_clock(pid)?).ok()?;
+    u64::try_from(runtime.as_nanos()).ok()
+}
+
+/// Reads clock `id` (`clock_gettime`): the kernel refuses a pid's CPU clock where no thread
+/// group is at that pid. The agent's one wrapper of the call, for every clock it reads.
+pub fn read_clock(id: libc::clockid_t) -> io::Result<Duration> {
     let mut ts = libc::timespec {
         tv_sec: 0,
         tv_nsec: 0,
     };
     // SAFETY: clock_gettime writes one timespec, which `ts` is, and reads nothing else.
-    if unsafe { libc::clock_gettime(clock, &mut ts) } != 0 {
-        return None;
+    if unsafe { libc::clock_gettime(id, &mut ts) } != 0 {
+        return Err(io::Error::last_os_error());
     }
-    let secs = u64::try_from(ts.tv_sec).ok()?;
-    let nanos = u64::try_from(ts.tv_nsec).ok()?;
-    secs.checked_mul(1_000_000_000)?.checked_add(nanos)
+    match (u64::try_from(ts.tv_sec), u32::try_from(ts.tv_nsec)) {
+        (Ok(secs), Ok(nanos)) if nanos < 1_000_000_000 => Ok(Duration::new(secs, nanos)),
+        _ => Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!("clock {id} read {}.{:09}", ts.tv_sec, ts.tv_nsec),
+        )),
+    }
 }
 
 /// Whether the procfs tree at `root` is of this process's own pid namespace, so that a pid it

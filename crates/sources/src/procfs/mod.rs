@@ -42,6 +42,7 @@ use kepler_core::{
 
 use crate::cgroups::{Counting, UsageCounters};
 
+pub use clock::read_clock;
 pub use reader::{NodeStat, ProcessDescription, ProcessState, ProcfsReader};
 
 use credit::{Credit, Runtime};

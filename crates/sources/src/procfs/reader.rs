@@ -234,21 +234,8 @@ impl ProcfsReader {
     /// started after this instant at a start time ≥ this uptime, which is how attribution
     /// decides that all of its CPU time belongs to the coming interval.
     pub fn uptime_by_clock(&self) -> Result<Duration, ReadError> {
-        let mut ts = libc::timespec {
-            tv_sec: 0,
-            tv_nsec: 0,
-        };
-        // SAFETY: clock_gettime writes one timespec, which `ts` is, and reads nothing else.
-        if unsafe { libc::clock_gettime(libc::CLOCK_BOOTTIME, &mut ts) } != 0 {
-            let e = std::io::Error::last_os_error();
-            return Err(ReadError::Other(format!(
-                "clock_gettime(CLOCK_BOOTTIME): {e}"
-            )));
-        }
-        let now = Duration::new(
-            u64::try_from(ts.tv_sec).unwrap_or(0),
-            u32::try_from(ts.tv_nsec).unwrap_or(0),
-        );
+        let now = super::clock::read_clock(libc::CLOCK_BOOTTIME)
+            .map_err(|e| ReadError::Other(format!("clock_gettime(CLOCK_BOOTTIME): {e}")))?;
         Ok(self.floor_to_tick(now))
     }
 
