@@ -155,8 +155,9 @@ pub struct ProcfsSource {
     /// The last pid given out, read at the start of that scan (after the fork count): every
     /// process at a pid given out up to it is known ([`discover`]).
     discovered_to: Option<u64>,
-    /// How the last scan found new processes; read by nothing but the tests, which check
-    /// that a scan probed rather than listed.
+    /// How the last scan found new processes, for the tests that check that a scan probed
+    /// rather than listed.
+    #[cfg(test)]
     discovery: Discovery,
     /// Buffers of [`Self::read_known`], kept between scans.
     known_pids: Vec<u32>,
@@ -206,6 +207,7 @@ impl ProcfsSource {
             held_cap: MAX_HELD_STAT_FILES,
             listed_at_forks: None,
             discovered_to: None,
+            #[cfg(test)]
             discovery: Discovery::List,
             known_pids: Vec::new(),
             pid_name: String::new(),
@@ -588,7 +590,10 @@ impl UsageSource for ProcfsSource {
             Discovery::Probe { .. } | Discovery::List => last_pid,
         }
         .filter(|_| complete);
-        self.discovery = discovery;
+        #[cfg(test)]
+        {
+            self.discovery = discovery;
+        }
         let generation = self.generation;
         self.cache.retain(|_, c| c.generation == generation);
         if let Some(counters) = &mut self.counters {
