@@ -428,7 +428,10 @@ pub(crate) fn encode_live(ctx: &ExportContext, format: Format, out: &mut Vec<u8>
     encode_live_parts(&mut MetricWriter::new(out, format, &ctx.node_name), ctx);
 }
 
-/// Health, then the agent's own process, read now.
+/// Health, then the agent's own process, read now. Reading it here puts three syscalls on
+/// every scrape (`SelfReader`), on purpose: client libraries read it at scrape time too, at
+/// the default 5 s interval and Prometheus' usual 15–60 s scrape intervals scrapes come less
+/// often than ticks, and a reading taken at a tick would be as old as the tick when scraped.
 fn encode_live_parts(w: &mut MetricWriter<'_>, ctx: &ExportContext) {
     encode_health(w, &ctx.health, ctx.http_refusals.as_deref());
     if let Some(own) = &ctx.own_process {

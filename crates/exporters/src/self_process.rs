@@ -98,21 +98,6 @@ impl SelfReader {
         })
     }
 
-    pub fn read(&self) -> io::Result<ProcessStats> {
-        let mut buf = [0u8; STAT_MAX];
-        let len = read_again_from_start(&self.stat, &mut buf)?.ok_or_else(|| {
-            io::Error::new(io::ErrorKind::InvalidData, "/proc/self/stat is too long")
-        })?;
-        // The command name may be any bytes; the numbers after it are ASCII.
-        let stat = String::from_utf8_lossy(buf.get(..len).unwrap_or_default());
-        parse(&stat, self.scale, self.open_fds()?, open_file_limit()?).ok_or_else(|| {
-            io::Error::new(
-                io::ErrorKind::InvalidData,
-                "unexpected /proc/self/stat format",
-            )
-        })
-    }
-
     /// The number of open descriptors, not counting one opened to count them.
     fn open_fds(&self) -> io::Result<u64> {
         match fs::metadata(&self.fd_dir)?.len() {
@@ -126,7 +111,18 @@ impl SelfReader {
 
 impl OwnProcess for SelfReader {
     fn read(&self) -> io::Result<ProcessStats> {
-        SelfReader::read(self)
+        let mut buf = [0u8; STAT_MAX];
+        let len = read_again_from_start(&self.stat, &mut buf)?.ok_or_else(|| {
+            io::Error::new(io::ErrorKind::InvalidData, "/proc/self/stat is too long")
+        })?;
+        // The command name may be any bytes; the numbers after it are ASCII.
+        let stat = String::from_utf8_lossy(buf.get(..len).unwrap_or_default());
+        parse(&stat, self.scale, self.open_fds()?, open_file_limit()?).ok_or_else(|| {
+            io::Error::new(
+                io::ErrorKind::InvalidData,
+                "unexpected /proc/self/stat format",
+            )
+        })
     }
 }
 
