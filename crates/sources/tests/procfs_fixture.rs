@@ -422,3 +422,40 @@ fn reader_describes_processes_as_the_source_does() {
         Err(ReadError::Parse { .. })
     ));
 }
+
+#[test]
+fn an_ended_main_thread_is_described_without_exe_or_cmdline() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path();
+    write_node(root, [10, 0, 10, 100, 0, 0, 0, 0, 0, 0], "100.00");
+    let churned = FakeProcess {
+        pid: 60,
+        comm: "true",
+        start_ticks: 9000,
+        exe: Some("/usr/bin/true"),
+        cmdline: &["true"],
+        cgroup: "0::/churn.scope\n",
+        ..FakeProcess::default()
+    };
+    write_process(root, &churned);
+    let mut reader = ProcfsReader::new(root).unwrap();
+    let alive = reader.describe(60).unwrap();
+    assert_eq!(alive.info.exe, "/usr/bin/true");
+    assert_eq!(alive.info.cmdline, ["true"]);
+
+    // The same process as a zombie: the kernel shows neither (`procfs_real` checks that), so
+    // neither is read, whatever this tree holds; its cgroup still is.
+    let stat = root.join("60/stat");
+    let line = fs::read_to_string(&stat)
+        .unwrap()
+        .replacen(") S ", ") Z ", 1);
+    fs::write(&stat, line).unwrap();
+    let zombie = reader.describe(60).unwrap();
+    assert_eq!(zombie.key, alive.key);
+    assert_eq!(zombie.info.exe, "");
+    assert!(zombie.info.cmdline.is_empty());
+    assert_eq!(zombie.info.cgroup_path, "/churn.scope");
+    let mut source = ProcfsSource::new(root.to_path_buf(), Arc::new(NoWorkloads)).unwrap();
+    let snap = source.snapshot().unwrap();
+    assert_eq!(*find(&snap, 60).unwrap().info, zombie.info);
+}

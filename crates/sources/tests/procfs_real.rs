@@ -108,3 +108,46 @@ fn busy_child_accumulates_cpu_time() {
     let gone = source.snapshot().unwrap();
     assert!(gone.processes.iter().all(|p| p.key.pid != pid));
 }
+
+/// What lets the source skip `exe` and `cmdline` of a process whose main thread has ended: the
+/// kernel shows neither for it, as the source then reports.
+#[test]
+fn a_zombie_shows_no_exe_nor_cmdline_and_is_described_so() {
+    let child = Reaped(Command::new("true").spawn().unwrap());
+    let pid = child.0.id();
+    let stat = format!("/proc/{pid}/stat");
+    let mut waited = Duration::ZERO;
+    // Not reaped until `child` drops: it stays a zombie once it has run.
+    while !std::fs::read_to_string(&stat)
+        .unwrap()
+        .rsplit_once(')')
+        .is_some_and(|(_, rest)| rest.trim_start().starts_with('Z'))
+    {
+        assert!(waited < Duration::from_secs(60), "{pid} never ended");
+        sleep(Duration::from_millis(5));
+        waited += Duration::from_millis(5);
+    }
+    assert!(std::fs::read_link(format!("/proc/{pid}/exe")).is_err());
+    assert!(std::fs::read(format!("/proc/{pid}/cmdline"))
+        .unwrap()
+        .is_empty());
+
+    let described = ProcfsReader::new("/proc").unwrap().describe(pid).unwrap();
+    assert_eq!(described.info.comm, "true");
+    assert_eq!(described.info.exe, "");
+    assert!(described.info.cmdline.is_empty());
+    // (Its cgroup is read as before. The kernel shows a zombie in the root of every v1
+    // hierarchy and in its own cgroup on the unified one.)
+    assert!(described.info.cgroup_path.starts_with('/'));
+    let snap = source().snapshot().unwrap();
+    let seen = &find(&snap, pid).info;
+    assert_eq!(
+        (&seen.comm, &seen.exe, &seen.cmdline, &seen.cgroup_path),
+        (
+            &described.info.comm,
+            &described.info.exe,
+            &described.info.cmdline,
+            &described.info.cgroup_path
+        )
+    );
+}

@@ -176,6 +176,57 @@ fn no_more_files_are_held_than_the_budget() {
     assert_eq!(others.map(|(_, s)| held_for(s.0.id())).sum::<usize>(), 1);
 }
 
+#[test]
+fn a_process_gone_before_its_stat_is_opened_is_tried_once() {
+    let _alone = alone();
+    let sleeper = spawn("sleep 60");
+    let mut ended = Command::new("true").spawn().unwrap();
+    let ended_pid = ended.id();
+    ended.wait().unwrap();
+    let root = fixture_root();
+    link(root.path(), 4300, sleeper.0.id());
+    // Listed, as a process that ends between the listing and its read is.
+    link(root.path(), 4301, ended_pid);
+    let mut source = ProcfsSource::new(root.path().to_path_buf(), Arc::new(NoWorkloads)).unwrap();
+
+    let opens = |source: &ProcfsSource| source.reader.stat_opens;
+    let snapshot = source.snapshot().unwrap();
+    assert_eq!(pids(&snapshot), [4300]);
+    assert_eq!(opens(&source), 2, "one open each, held or not");
+    let snapshot = source.snapshot().unwrap();
+    assert_eq!(pids(&snapshot), [4300]);
+    assert_eq!(
+        opens(&source),
+        3,
+        "the held one read in place, the gone one tried once"
+    );
+
+    // With no file to hold, each is read by path: still one open each.
+    let mut by_path = ProcfsSource::new(root.path().to_path_buf(), Arc::new(NoWorkloads)).unwrap();
+    by_path.held_cap = 0;
+    for scan in 1..=2 {
+        let snapshot = by_path.snapshot().unwrap();
+        assert_eq!(pids(&snapshot), [4300]);
+        assert_eq!(opens(&by_path), 2 * scan, "scan {scan}");
+    }
+    assert_eq!(
+        held_for(sleeper.0.id()),
+        1,
+        "only the first source holds a file"
+    );
+
+    // Where the tree is the agent's own (here its pids are the real ones, and the source is
+    // told so), the clock says the ended one is gone before any open.
+    let own = fixture_root();
+    link(own.path(), sleeper.0.id(), sleeper.0.id());
+    link(own.path(), ended_pid, ended_pid);
+    let mut source = ProcfsSource::new(own.path().to_path_buf(), Arc::new(NoWorkloads)).unwrap();
+    source.group_clock = true;
+    let snapshot = source.snapshot().unwrap();
+    assert_eq!(pids(&snapshot), [sleeper.0.id()]);
+    assert_eq!(opens(&source), 1, "the live one's only");
+}
+
 /// Taken by the tests that count this process's descriptors of procfs files, and by those
 /// that scan this host's `/proc` (which hold files of every process, the others' included), so
 /// that no count sees another test's files.

@@ -118,8 +118,12 @@ enum HeldRead {
     Kept,
     /// Through a file opened now, to be kept.
     Opened(File),
-    /// Not: the caller reads by path.
+    /// Not, the file budget being spent: the caller reads by path.
     None,
+    /// Not: no process is at the pid any more. A read by path would fail the same way, at the
+    /// cost of another failed open: under churn a listing names many processes that ended
+    /// before the scan came to them.
+    Gone,
 }
 
 /// What [`ProcfsSource::read_unmoved`] found of a known process.
@@ -249,7 +253,7 @@ impl ProcfsSource {
     fn load_held_stat(&mut self, pid: u32, pid_name: &OsStr) -> HeldRead {
         if let Some(cached) = self.cache.get_mut(&pid) {
             if let Some(file) = &cached.stat {
-                if self.reader.load_stat_at(file) {
+                if self.reader.load_stat_at(file).is_ok() {
                     return HeldRead::Kept;
                 }
                 // Its process is gone; the pid may name another one now.
@@ -259,12 +263,18 @@ impl ProcfsSource {
         if self.held >= self.held_budget {
             return HeldRead::None;
         }
-        match self.reader.open_stat(pid_name) {
-            Ok(file) if self.reader.load_stat_at(&file) => {
+        let read = self
+            .reader
+            .open_stat(pid_name)
+            .and_then(|file| self.reader.load_stat_at(&file).map(|()| file));
+        match read {
+            Ok(file) => {
                 self.held += 1;
                 HeldRead::Opened(file)
             }
-            _ => HeldRead::None,
+            Err(e) if read::is_vanished(&e) => HeldRead::Gone,
+            // Anything else is read by path, which logs it.
+            Err(_) => HeldRead::None,
         }
     }
 
@@ -441,17 +451,18 @@ impl ProcfsSource {
     fn read_by_stat(&mut self, pid: u32, pid_name: &OsStr) -> Option<ProcessUsage> {
         let user_hz = self.reader.user_hz();
         let held = self.load_held_stat(pid, pid_name);
-        let stat = if let HeldRead::None = held {
-            self.reader.read_stat(pid_name)
-        } else {
-            self.reader.parse_loaded_stat(pid)
+        let stat = match held {
+            HeldRead::None => self.reader.read_stat(pid_name),
+            HeldRead::Gone => return None,
+            HeldRead::Kept | HeldRead::Opened(_) => self.reader.parse_loaded_stat(pid),
         };
         let opened = match held {
             HeldRead::Opened(file) => Some(file),
-            HeldRead::Kept | HeldRead::None => None,
+            HeldRead::Kept | HeldRead::None | HeldRead::Gone => None,
         };
         let PidStat {
             comm,
+            ended,
             asleep,
             flags,
             utime,
@@ -492,7 +503,9 @@ impl ProcfsSource {
             }
             None => {
                 let comm = comm.into_owned();
-                let mut info = self.reader.read_identity(pid_name, comm, kernel_thread)?;
+                let mut info = self
+                    .reader
+                    .read_identity(pid_name, comm, kernel_thread, ended)?;
                 info.workload = self.classifier.classify_process(pid, &info);
                 let info = Arc::new(info);
                 // A file already held for this pid showed the new process, so it stays. The
@@ -673,6 +686,13 @@ impl ProcfsSource {
             let Some(pid) = parse::parse_pid(name.as_bytes()) else {
                 continue;
             };
+            // Under churn many of the pids listed are gone by the time the scan comes to them.
+            // One the source does not know is then passed over at the cost of a clock read
+            // (~0.2 µs) rather than of a failed open (~3 µs: the kernel makes and drops a
+            // dentry for it).
+            if !self.cache.contains_key(&pid) && self.ended(pid) {
+                continue;
+            }
             match self.read_process(pid, &name) {
                 Some(process) => processes.push(process),
                 None => complete &= self.ended(pid),

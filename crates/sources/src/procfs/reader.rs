@@ -72,6 +72,10 @@ pub struct ProcfsReader {
     /// Whether a fixture's `stat` counts forks as the kernel's would (tests of the source's
     /// listing rule); the kernel's own is always trusted.
     fixture_counts_forks: bool,
+    /// Opens of a process's `stat`, held or by path: how the tests see a vanished process
+    /// tried once, not twice.
+    #[cfg(test)]
+    pub(crate) stat_opens: usize,
     /// Names the cgroup that counts each process described, where the source reads counters.
     usage_names: Option<UsageNames>,
 }
@@ -119,6 +123,8 @@ impl ProcfsReader {
             loadavg: TickFile::new(root.join("loadavg")),
             uptime_by_clock: false,
             fixture_counts_forks: false,
+            #[cfg(test)]
+            stat_opens: 0,
             usage_names: None,
             path: PathBuf::with_capacity(root.as_os_str().len() + 32),
             root,
@@ -299,7 +305,8 @@ impl ProcfsReader {
 
     /// Reads everything that identifies the process now at `pid`, the way the procfs source
     /// does for a new process: `stat` (comm, kernel-thread flag, start time), then `exe` and
-    /// `cmdline` (not for kernel threads, which have neither) and `cgroup`. `None` when the
+    /// `cmdline` (not for kernel threads, which have neither, nor for an ended main thread,
+    /// which no longer has them) and `cgroup`. `None` when the
     /// process is gone, or exits while being read; other read errors leave that field empty.
     /// Callers compare [`ProcessDescription::key`] with theirs to detect a reused pid.
     pub fn describe(&mut self, pid: u32) -> Option<ProcessDescription> {
@@ -308,6 +315,7 @@ impl ProcfsReader {
         let user_hz = self.user_hz;
         let PidStat {
             comm,
+            ended,
             flags,
             start_time,
             ..
@@ -317,7 +325,7 @@ impl ProcfsReader {
             pid,
             start_time: parse::ticks_to_duration(start_time, user_hz),
         };
-        let info = self.read_identity(pid_name, comm, flags & PF_KTHREAD != 0)?;
+        let info = self.read_identity(pid_name, comm, flags & PF_KTHREAD != 0, ended)?;
         Some(ProcessDescription { key, info })
     }
 
@@ -327,6 +335,10 @@ impl ProcfsReader {
     /// pid.
     pub fn open_stat(&mut self, pid_name: &OsStr) -> io::Result<File> {
         self.set_path(pid_name, "stat");
+        #[cfg(test)]
+        {
+            self.stat_opens += 1;
+        }
         crate::bounded::open_nonblocking(&self.path)
     }
 
@@ -360,11 +372,10 @@ impl ProcfsReader {
         is_procfs(&file) && self.read_runtime_at(&file).is_some_and(|ns| ns > 0)
     }
 
-    /// Reads a held `stat` for [`Self::parse_loaded_stat`]. False when the read fails: the
-    /// process the file was opened on is gone (its pid may be in use again), so the caller
-    /// lets the file go and reads by path.
-    pub(crate) fn load_stat_at(&mut self, file: &File) -> bool {
-        self.buf.read_all_at(file).is_ok()
+    /// Reads a held `stat` for [`Self::parse_loaded_stat`]. An error when the read fails: the
+    /// process the file was opened on is gone (`ESRCH`; its pid may be in use again).
+    pub(crate) fn load_stat_at(&mut self, file: &File) -> io::Result<()> {
+        self.buf.read_all_at(file).map(|_| ())
     }
 
     /// Parses the `stat` that [`Self::load_stat_at`] read; `None` (logged) when it is odd.
@@ -380,6 +391,10 @@ impl ProcfsReader {
     /// vanished) when it cannot be read or parsed.
     pub(crate) fn read_stat(&mut self, pid_name: &OsStr) -> Option<PidStat<'_>> {
         self.set_path(pid_name, "stat");
+        #[cfg(test)]
+        {
+            self.stat_opens += 1;
+        }
         if let Err(e) = self.buf.read_all(&self.path) {
             if !is_vanished(&e) {
                 tracing::debug!(path = %self.path.display(), error = %e, "skipping process");
@@ -395,20 +410,24 @@ impl ProcfsReader {
 
     /// Reads what identifies a process besides its `stat`. `None` when it exited meanwhile.
     /// The comm comes from `stat` (the kernel prints the same name in `stat` and `comm`),
-    /// saving an open.
+    /// saving an open. `leader_ended` is `stat`'s word that the main thread has ended.
     pub(crate) fn read_identity(
         &mut self,
         pid_name: &OsStr,
         comm: String,
         kernel_thread: bool,
+        leader_ended: bool,
     ) -> Option<ProcessInfo> {
         let mut info = ProcessInfo {
             comm,
             kernel_thread,
             ..ProcessInfo::default()
         };
-        // Kernel threads have no executable and an empty command line.
-        if !kernel_thread {
+        // Kernel threads have no executable and an empty command line. Nor has a main thread
+        // that ended: both are read through its memory map, which it let go at exit, so they
+        // would read empty. Under churn most new processes a scan finds are such zombies,
+        // and this saves four syscalls each.
+        if !kernel_thread && !leader_ended {
             self.set_path(pid_name, "exe");
             // Unreadable for other users' processes without CAP_SYS_PTRACE, and for zombies.
             info.exe = fs::read_link(&self.path)
