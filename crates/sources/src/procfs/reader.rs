@@ -306,9 +306,9 @@ impl ProcfsReader {
     /// Reads everything that identifies the process now at `pid`, the way the procfs source
     /// does for a new process: `stat` (comm, kernel-thread flag, start time), then `exe` and
     /// `cmdline` (not for kernel threads, which have neither, nor for an ended main thread,
-    /// which no longer has them) and `cgroup`. `None` when the
-    /// process is gone, or exits while being read; other read errors leave that field empty.
-    /// Callers compare [`ProcessDescription::key`] with theirs to detect a reused pid.
+    /// which no longer has them) and `cgroup`. `None` when the process is gone, or exits while
+    /// being read; other read errors leave that field empty. Callers compare
+    /// [`ProcessDescription::key`] with theirs to detect a reused pid.
     pub fn describe(&mut self, pid: u32) -> Option<ProcessDescription> {
         let pid_name = pid.to_string();
         let pid_name = OsStr::new(&pid_name);
