@@ -214,6 +214,7 @@ fn a_process_gone_before_its_stat_is_opened_is_tried_once() {
         1,
         "only the first source holds a file"
     );
+    drop(source);
 
     // Where the tree is the agent's own (here its pids are the real ones, and the source is
     // told so), the clock says the ended one is gone before any open.
@@ -225,6 +226,14 @@ fn a_process_gone_before_its_stat_is_opened_is_tried_once() {
     let snapshot = source.snapshot().unwrap();
     assert_eq!(pids(&snapshot), [sleeper.0.id()]);
     assert_eq!(opens(&source), 1, "the live one's only");
+    // Its held file fails once it ends, and the clock says that no other process took the
+    // pid: no open by path either.
+    let sleeper_pid = sleeper.0.id();
+    drop(sleeper);
+    let snapshot = source.snapshot().unwrap();
+    assert!(snapshot.processes.is_empty());
+    assert_eq!(opens(&source), 1);
+    assert_eq!(held_for(sleeper_pid), 0);
 }
 
 /// Taken by the tests that count this process's descriptors of procfs files, and by those
