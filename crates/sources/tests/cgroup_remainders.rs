@@ -11,8 +11,9 @@ use kepler_core::{
     AttributionConfig, Attributor, Classifier, ContainerId, PowerSnapshot, ProcessInfo,
     ProcessType, Runtime, Tick, UsageSource, WorkloadIdentity,
 };
-use kepler_sources::ProcfsSource;
-use kepler_testkit::churn::{usage_of, ChurnCgroup};
+use kepler_sources::cgroups::Counting;
+use kepler_sources::{ProcfsReader, ProcfsSource};
+use kepler_testkit::churn::{usage_of, ChurnCgroup, Reaped};
 
 /// Classifies the processes counted in each of some cgroups as a container of its own.
 #[derive(Default)]
@@ -23,7 +24,12 @@ struct Containers {
 
 impl Containers {
     /// Container `id` for the processes counted in cgroup2 cgroup `path`.
-    fn with(mut self, path: &str, id: &str) -> Containers {
+    fn with(self, path: &str, id: &str) -> Containers {
+        self.named(format!("unified:{path}"), id)
+    }
+
+    /// Container `id` for the processes counted in the cgroup whose usage name is `name`.
+    fn named(mut self, name: String, id: &str) -> Containers {
         let identity = WorkloadIdentity {
             process_type: ProcessType::Container,
             container: Some(Arc::new(ContainerId {
@@ -33,7 +39,7 @@ impl Containers {
             })),
             vm: None,
         };
-        self.by_cgroup.push((format!("unified:{path}"), identity));
+        self.by_cgroup.push((name, identity));
         self
     }
 }
@@ -202,4 +208,105 @@ fn a_cgroup_made_under_a_read_one_is_counted_once() {
         inner_truth > Duration::from_millis(100),
         "the inner burner used {inner_truth:?}"
     );
+}
+
+/// Processes a scan first meets as zombies, in a v1 `cpuacct` cgroup: the kernel shows an
+/// exiting task in the root of every v1 hierarchy, so they are left to their cgroup's counter,
+/// which credits their time to its workload once, and are not also reported in the root.
+#[test]
+fn zombies_in_a_v1_cgroup_are_credited_to_it_once() {
+    let Some(cpuacct) = Counting::detect(Path::new("/proc")).and_then(|c| c.cpuacct) else {
+        return;
+    };
+    let dir = cpuacct.join(format!("kepler-test-zombies-{}", std::process::id()));
+    // Only root may make one.
+    if std::fs::create_dir(&dir).is_err() {
+        return;
+    }
+    let cgroup = V1Cgroup(dir);
+    // Children of ~40 ms each, reaped only ~0.4 s after they end: most are zombies when a scan
+    // meets them first.
+    let mut spawner = Reaped(
+        Command::new("python3")
+            .args([
+                "-c",
+                r#"
+import os, subprocess, sys, time
+open(os.path.join(sys.argv[1], "cgroup.procs"), "w").write(str(os.getpid()))
+burn = ["sh", "-c", "i=0; while [ $i -lt 40000 ]; do i=$((i+1)); done"]
+children = []
+while True:
+    children.append((time.monotonic(), subprocess.Popen(burn)))
+    while children and time.monotonic() - children[0][0] > 0.4:
+        children.pop(0)[1].wait()
+    time.sleep(0.15)
+"#,
+            ])
+            .arg(&cgroup.0)
+            .spawn()
+            .unwrap(),
+    );
+    let usage = || {
+        let ns = std::fs::read_to_string(cgroup.0.join("cpuacct.usage")).unwrap();
+        Duration::from_nanos(ns.trim().parse().unwrap())
+    };
+    let name = format!(
+        "cpuacct:/{}",
+        cgroup.0.file_name().unwrap().to_string_lossy()
+    );
+    let mut tick = ticker(Arc::new(Containers::default().named(name, "zombies")));
+    std::thread::sleep(Duration::from_millis(500));
+    let started = ProcfsReader::new("/proc")
+        .unwrap()
+        .uptime_by_clock()
+        .unwrap();
+    tick();
+    std::thread::sleep(Duration::from_secs(1));
+    let first = tick();
+    let before = usage();
+    let credited_before = container_cpu(&first, "zombies");
+    let mut last = first;
+    for _ in 0..5 {
+        std::thread::sleep(Duration::from_secs(1));
+        last = tick();
+    }
+    let truth = usage() - before;
+    let credited = container_cpu(&last, "zombies") - credited_before;
+    let burners: Duration = last
+        .processes
+        .iter()
+        .filter(|p| {
+            p.info.comm == "sh"
+                && p.key.start_time >= started
+                && p.info.usage_cgroup.as_deref() == Some("cpuacct:/")
+        })
+        .map(|p| p.cpu_time)
+        .sum();
+    let _ = spawner.0.kill();
+    let _ = spawner.0.wait();
+    eprintln!("credited {credited:?} of the {truth:?} the cgroup used; in the root {burners:?}");
+    assert!(
+        truth > Duration::from_millis(300),
+        "the burners used {truth:?}"
+    );
+    assert_close(credited, truth, Duration::from_millis(20) + truth / 100);
+    assert_eq!(
+        burners,
+        Duration::ZERO,
+        "zombies reported in the root as well"
+    );
+}
+
+/// A v1 cgroup made by a test, removed (once its tasks are gone) when dropped.
+struct V1Cgroup(PathBuf);
+
+impl Drop for V1Cgroup {
+    fn drop(&mut self) {
+        for _ in 0..50 {
+            if std::fs::remove_dir(&self.0).is_ok() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
 }

@@ -48,7 +48,7 @@ pub use reader::{NodeStat, ProcessDescription, ProcessState, ProcfsReader};
 use credit::{Credit, Runtime};
 use discover::Discovery;
 
-use parse::{PidStat, PF_KTHREAD};
+use parse::{PidStat, PF_EXITING, PF_KTHREAD};
 use read::io_error;
 
 /// A process as last seen, so its identity is read once per (pid, start time).
@@ -191,6 +191,12 @@ pub struct ProcfsSource {
     /// ended between two scans, and of the last moments of those that ended, reaches their
     /// cgroup's workload through them.
     counters: Option<UsageCounters>,
+    /// Whether processes first met with their whole group ended are left to those counters
+    /// (see [`left_to_counters`]): where they count a v1 `cpuacct` hierarchy.
+    zombies_to_counters: bool,
+    /// The pid the read just made left to the counters as a zombie: ended as far as the scan's
+    /// completeness goes.
+    zombie_left: Option<u32>,
     /// Processes the last scan took unread (see [`Self::read_unmoved`]).
     taken_unread: usize,
 }
@@ -225,6 +231,8 @@ impl ProcfsSource {
             all_stat_at: None,
             reads: ScanReads::default(),
             counters: None,
+            zombies_to_counters: false,
+            zombie_left: None,
             taken_unread: 0,
         };
         let reader = &mut source.reader;
@@ -237,6 +245,7 @@ impl ProcfsSource {
         source.pid_max = clock::pid_max(source.reader.root());
         if let Some(counting) = Counting::detect(source.reader.root()) {
             source.reader.name_usage_cgroups(&counting);
+            source.zombies_to_counters = counting.cpuacct.is_some();
             source.counters = Some(UsageCounters::new(counting));
         }
         Ok(source)
@@ -506,6 +515,15 @@ impl ProcfsSource {
                 (cached.info.clone(), cpu_time)
             }
             None => {
+                let first_met = self
+                    .cache
+                    .get(&pid)
+                    .is_none_or(|c| c.start_ticks != start_time);
+                let exiting = ended || flags & PF_EXITING != 0;
+                if first_met && left_to_counters(self.zombies_to_counters, exiting, threads) {
+                    self.zombie_left = Some(pid);
+                    return None;
+                }
                 let comm = comm.into_owned();
                 let mut info = self
                     .reader
@@ -583,6 +601,7 @@ impl UsageSource for ProcfsSource {
         }
         self.generation = self.generation.wrapping_add(1);
         self.taken_unread = 0;
+        self.zombie_left = None;
         // Asked each scan: the HTTP server raises the limit after this source is made.
         self.held_budget = held_stat_budget(self.held_cap);
         self.reads = self.scan_reads(forks, uptime);
@@ -664,6 +683,12 @@ impl ProcfsSource {
         }
     }
 
+    /// Whether the process at `pid`, which the scan's read just missed, has ended or was left
+    /// to the counters as a zombie ([`left_to_counters`]).
+    fn missed_has_ended(&mut self, pid: u32) -> bool {
+        self.zombie_left.take() == Some(pid) || self.ended(pid)
+    }
+
     /// Whether the process at `pid`, which a read just missed, has ended: no thread group is at
     /// its pid any more, where the tree is this process's own. A process that ended is no
     /// process left unknown, so the next scan need not look for it; one unreadable, or that
@@ -699,7 +724,7 @@ impl ProcfsSource {
             }
             match self.read_process(pid, &name) {
                 Some(process) => processes.push(process),
-                None => complete &= self.ended(pid),
+                None => complete &= self.missed_has_ended(pid),
             }
         }
         Ok(complete)
@@ -724,13 +749,26 @@ impl ProcfsSource {
             let _ = write!(name, "{pid}");
             match self.read_process(pid, OsStr::new(&name)) {
                 Some(process) => processes.push(process),
-                None => complete &= self.ended(pid),
+                None => complete &= self.missed_has_ended(pid),
             }
         }
         self.known_pids = pids;
         self.pid_name = name;
         complete
     }
+}
+
+/// Whether a process first met with its main thread exiting or ended (`PF_EXITING`, or
+/// `stat`'s `Z`/`X`) and no other thread (`num_threads` 1: the whole group is in its exit) is
+/// left out of the snapshot, its time left to its cgroup's usage counter. So it is where the
+/// counters read a v1 `cpuacct` hierarchy (`to_counters`): the kernel shows an exiting task in
+/// the root of every v1 hierarchy (`proc_cgroup_show`), so its `cgroup` file no longer says
+/// where it ran, while its cgroup's counter holds all its time, which reaches that cgroup's
+/// workload as the time of an ended process no scan saw. Reported, it would be counted twice,
+/// in the root and in its cgroup's remainder. On the unified hierarchy the file still names
+/// its cgroup.
+fn left_to_counters(to_counters: bool, exiting: bool, threads: u64) -> bool {
+    exiting && threads <= 1 && to_counters
 }
 
 /// `cap`, or fewer under a small open-file limit: an eighth of it at most for each of `stat`

@@ -23,6 +23,8 @@ pub(crate) struct PidStat<'a> {
 
 /// `PF_KTHREAD` from the kernel's `include/linux/sched.h`.
 pub(crate) const PF_KTHREAD: u64 = 0x0020_0000;
+/// `PF_EXITING` from the same header: the thread has begun its exit, before it is a zombie.
+pub(crate) const PF_EXITING: u64 = 0x0000_0004;
 
 /// Parses `/proc/<pid>/stat`. A comm may hold spaces and parentheses (`(a) b)`), so the fields
 /// start after the LAST `)`: what the kernel writes after the comm never contains one.
