@@ -191,8 +191,8 @@ pub struct ProcfsSource {
     /// ended between two scans, and of the last moments of those that ended, reaches their
     /// cgroup's workload through them.
     counters: Option<UsageCounters>,
-    /// Whether processes first met with their whole group ended are left to those counters
-    /// (see [`left_to_counters`]): where they count a v1 `cpuacct` hierarchy.
+    /// Whether processes first met exiting or ended, no other thread left, are left to those
+    /// counters (see [`left_to_counters`]): where they count a v1 `cpuacct` hierarchy.
     zombies_to_counters: bool,
     /// The pid the read just made left to the counters as a zombie: ended as far as the scan's
     /// completeness goes.
