@@ -126,6 +126,15 @@ enum HeldRead {
     Gone,
 }
 
+/// Why [`ProcfsSource::read_process`] reported no usage for a pid.
+enum Missed {
+    /// Its files could not be read, or it is gone: [`ProcfsSource::ended`] tells which.
+    Unread,
+    /// Left to its cgroup's counter as a process in its exit ([`left_to_counters`]): as good
+    /// as ended for the scan's completeness.
+    LeftToCounters,
+}
+
 /// What [`ProcfsSource::read_unmoved`] found of a known process.
 enum Unmoved {
     /// Its cgroup is quiet and it was asleep: here it is as last read.
@@ -194,9 +203,6 @@ pub struct ProcfsSource {
     /// Whether processes first met exiting or ended, no other thread left, are left to those
     /// counters (see [`left_to_counters`]): where they count a v1 `cpuacct` hierarchy.
     zombies_to_counters: bool,
-    /// The pid the read just made left to the counters as a zombie: ended as far as the scan's
-    /// completeness goes.
-    zombie_left: Option<u32>,
     /// Processes the last scan took unread (see [`Self::read_unmoved`]).
     taken_unread: usize,
 }
@@ -232,7 +238,6 @@ impl ProcfsSource {
             reads: ScanReads::default(),
             counters: None,
             zombies_to_counters: false,
-            zombie_left: None,
             taken_unread: 0,
         };
         let reader = &mut source.reader;
@@ -409,9 +414,9 @@ impl ProcfsSource {
         })
     }
 
-    fn read_process(&mut self, pid: u32, pid_name: &OsStr) -> Option<ProcessUsage> {
+    fn read_process(&mut self, pid: u32, pid_name: &OsStr) -> Result<ProcessUsage, Missed> {
         let by_leader = match self.read_unmoved(pid) {
-            Unmoved::Unread(usage) => return Some(usage),
+            Unmoved::Unread(usage) => return Ok(usage),
             // Its `stat` tells whether it is asleep, for the next scan.
             Unmoved::StateUnknown => false,
             Unmoved::No => {
@@ -420,7 +425,7 @@ impl ProcfsSource {
         };
         if by_leader {
             if let Some(usage) = self.read_by_leader(pid, pid_name) {
-                return Some(usage);
+                return Ok(usage);
             }
         }
         let usage = self.read_by_stat(pid, pid_name)?;
@@ -437,7 +442,7 @@ impl ProcfsSource {
         if baseline {
             self.read_leader_baseline(pid, pid_name);
         }
-        Some(usage)
+        Ok(usage)
     }
 
     /// Whether `pid` is a kernel thread whose held `schedstat` this scan may read it through
@@ -461,12 +466,12 @@ impl ProcfsSource {
                 .is_some_and(|c| matches!(c.credit.leader_runtime(), Some(Runtime::Group(_))))
     }
 
-    fn read_by_stat(&mut self, pid: u32, pid_name: &OsStr) -> Option<ProcessUsage> {
+    fn read_by_stat(&mut self, pid: u32, pid_name: &OsStr) -> Result<ProcessUsage, Missed> {
         let user_hz = self.reader.user_hz();
         let held = self.load_held_stat(pid, pid_name);
         let stat = match held {
             HeldRead::None => self.reader.read_stat(pid_name),
-            HeldRead::Gone => return None,
+            HeldRead::Gone => return Err(Missed::Unread),
             HeldRead::Kept | HeldRead::Opened(_) => self.reader.parse_loaded_stat(pid),
         };
         let opened = match held {
@@ -483,7 +488,7 @@ impl ProcfsSource {
             threads,
             start_time,
             ..
-        } = stat?;
+        } = stat.ok_or(Missed::Unread)?;
         let key = ProcessKey {
             pid,
             start_time: parse::ticks_to_duration(start_time, user_hz),
@@ -521,13 +526,13 @@ impl ProcfsSource {
                     .is_none_or(|c| c.start_ticks != start_time);
                 let exiting = ended || flags & PF_EXITING != 0;
                 if first_met && left_to_counters(self.zombies_to_counters, exiting, threads) {
-                    self.zombie_left = Some(pid);
-                    return None;
+                    return Err(Missed::LeftToCounters);
                 }
                 let comm = comm.into_owned();
                 let mut info = self
                     .reader
-                    .read_identity(pid_name, comm, kernel_thread, ended)?;
+                    .read_identity(pid_name, comm, kernel_thread, ended)
+                    .ok_or(Missed::Unread)?;
                 info.workload = self.classifier.classify_process(pid, &info);
                 let info = Arc::new(info);
                 // A file already held for this pid showed the new process, so it stays. The
@@ -556,7 +561,7 @@ impl ProcfsSource {
                 (info, cpu_time)
             }
         };
-        Some(ProcessUsage {
+        Ok(ProcessUsage {
             key,
             cpu_time,
             info,
@@ -601,7 +606,6 @@ impl UsageSource for ProcfsSource {
         }
         self.generation = self.generation.wrapping_add(1);
         self.taken_unread = 0;
-        self.zombie_left = None;
         // Asked each scan: the HTTP server raises the limit after this source is made.
         self.held_budget = held_stat_budget(self.held_cap);
         self.reads = self.scan_reads(forks, uptime);
@@ -684,9 +688,12 @@ impl ProcfsSource {
     }
 
     /// Whether the process at `pid`, which the scan's read just missed, has ended or was left
-    /// to the counters as a zombie ([`left_to_counters`]).
-    fn missed_has_ended(&mut self, pid: u32) -> bool {
-        self.zombie_left.take() == Some(pid) || self.ended(pid)
+    /// to the counters in its exit.
+    fn missed_has_ended(&self, pid: u32, missed: Missed) -> bool {
+        match missed {
+            Missed::LeftToCounters => true,
+            Missed::Unread => self.ended(pid),
+        }
     }
 
     /// Whether the process at `pid`, which a read just missed, has ended: no thread group is at
@@ -723,8 +730,8 @@ impl ProcfsSource {
                 continue;
             }
             match self.read_process(pid, &name) {
-                Some(process) => processes.push(process),
-                None => complete &= self.missed_has_ended(pid),
+                Ok(process) => processes.push(process),
+                Err(missed) => complete &= self.missed_has_ended(pid, missed),
             }
         }
         Ok(complete)
@@ -748,8 +755,8 @@ impl ProcfsSource {
             // Writing to a String cannot fail.
             let _ = write!(name, "{pid}");
             match self.read_process(pid, OsStr::new(&name)) {
-                Some(process) => processes.push(process),
-                None => complete &= self.missed_has_ended(pid),
+                Ok(process) => processes.push(process),
+                Err(missed) => complete &= self.missed_has_ended(pid, missed),
             }
         }
         self.known_pids = pids;
