@@ -13,7 +13,7 @@ use kepler_core::{
 };
 use kepler_sources::cgroups::Counting;
 use kepler_sources::{ProcfsReader, ProcfsSource};
-use kepler_testkit::churn::{usage_of, ChurnCgroup, Reaped};
+use kepler_testkit::churn::{remove_cgroup, usage_of, ChurnCgroup, Reaped};
 
 /// Classifies the processes counted in each of some cgroups as a container of its own.
 #[derive(Default)]
@@ -92,12 +92,7 @@ impl Drop for Nested {
     fn drop(&mut self) {
         let _ = self.burner.kill();
         let _ = self.burner.wait();
-        for _ in 0..50 {
-            if std::fs::remove_dir(&self.dir).is_ok() {
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(100));
-        }
+        remove_cgroup(&self.dir);
     }
 }
 
@@ -302,11 +297,6 @@ struct V1Cgroup(PathBuf);
 
 impl Drop for V1Cgroup {
     fn drop(&mut self) {
-        for _ in 0..50 {
-            if std::fs::remove_dir(&self.0).is_ok() {
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(100));
-        }
+        remove_cgroup(&self.0);
     }
 }

@@ -136,11 +136,17 @@ impl Drop for ChurnCgroup {
         let _ = self.spawner.kill();
         let _ = self.spawner.wait();
         let _ = std::fs::write(self.dir.join("cgroup.kill"), "1");
-        for _ in 0..50 {
-            if std::fs::remove_dir(&self.dir).is_ok() {
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(100));
+        remove_cgroup(&self.dir);
+    }
+}
+
+/// Removes cgroup directory `dir` once its last task is gone, trying for up to 5 s (a killed
+/// task leaves its cgroup a moment after it is reaped); left behind after that.
+pub fn remove_cgroup(dir: &Path) {
+    for _ in 0..50 {
+        if std::fs::remove_dir(dir).is_ok() {
+            return;
         }
+        std::thread::sleep(Duration::from_millis(100));
     }
 }
