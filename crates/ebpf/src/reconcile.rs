@@ -58,15 +58,32 @@ pub(crate) trait Host: Keys {
     fn delete_each(&mut self, tgids: &[u32], removed: &mut Vec<u32>) {
         removed.extend(tgids.iter().copied().filter(|&tgid| self.delete(tgid)));
     }
-    /// Describes a process (from /proc while it lives, else from `totals` and what its exit
-    /// record adds), its workload classified and its cgroup id set from `totals`. Processes
-    /// described alike may share one description.
+    /// Describes a process from what BPF knows of it: `totals` and, for an ended one, what its
+    /// exit record adds; its workload classified and its cgroup id set from `totals`.
+    /// Processes described alike may share one description.
     fn describe(
         &mut self,
         key: ProcessKey,
         totals: &TaskTotals,
         exit: Option<&ExitInfo>,
     ) -> Arc<ProcessInfo>;
+    /// Describes a process a pass read alive from what /proc shows of it now, classified, its
+    /// cgroup id set from `totals`.
+    fn describe_live(&mut self, key: ProcessKey, totals: &TaskTotals) -> Sighting;
+}
+
+/// What /proc shows, a moment after the pass, of a process the pass read alive.
+pub(crate) enum Sighting {
+    /// The process, described.
+    Described(Arc<ProcessInfo>),
+    /// The process, its whole group in its exit, on a host with a v1 `cpu` or `cpuacct`
+    /// hierarchy: the kernel then shows it in the root of each v1 hierarchy
+    /// (`proc_cgroup_show`), so /proc no longer says where it ran. It is reported at its end
+    /// instead, by its exit record (described from the cgroup the record names), or, on the
+    /// kernel basis, by its cgroup's counter.
+    Ending,
+    /// No such process: it was reaped since the pass (or another took its pid).
+    Gone,
 }
 
 /// What an exit record adds to the totals.
@@ -489,31 +506,35 @@ impl Reconciler {
         if !since.used && !self.reported_before(&key) {
             return;
         }
-        processes.push(self.live_usage(host, key, &since.totals, live.running_ns));
+        processes.extend(self.live_usage(host, key, &since.totals, live.running_ns));
     }
 
     /// A live process's reading; described when first seen or when it moved to another cgroup.
+    /// `None` when it is first seen ending or gone and so held back (see [`Self::sighted`]).
     fn live_usage(
         &mut self,
         host: &mut impl Host,
         key: ProcessKey,
         t: &TaskTotals,
         running_ns: u64,
-    ) -> ProcessUsage {
+    ) -> Option<ProcessUsage> {
         let n = self.steps;
         let k = match self.known.entry(key) {
             Entry::Occupied(o) => {
                 let k = o.into_mut();
                 // Described again when it moved to another cgroup (e.g. a runtime placing a
-                // container's first process after forking it); what was reported stays.
+                // container's first process after forking it); what was reported stays, and
+                // so does the description /proc can no longer improve on.
                 if t.cgroup_id != 0 && k.cgroup_id != t.cgroup_id {
-                    k.info = host.describe(key, t, None);
-                    k.cgroup_id = t.cgroup_id;
+                    if let Some(info) = Self::sighted(self.basis, host, key, t) {
+                        k.info = info;
+                        k.cgroup_id = t.cgroup_id;
+                    }
                 }
                 k
             }
             Entry::Vacant(v) => v.insert(Known {
-                info: host.describe(key, t, None),
+                info: Self::sighted(self.basis, host, key, t)?,
                 cgroup_id: t.cgroup_id,
                 seen: n,
                 last_cpu_ns: t.cpu_ns,
@@ -526,12 +547,34 @@ impl Reconciler {
         k.last_cpu_ns = t.cpu_ns;
         k.switches = t.switches;
         let cpu_ns = k.reported.update(t.cpu_ns.saturating_add(running_ns));
-        ProcessUsage {
+        Some(ProcessUsage {
             key,
             cpu_time: Duration::from_nanos(cpu_ns),
             info: k.info.clone(),
             exited: false,
             counters: self.measured.counters(t),
+        })
+    }
+
+    /// The description of a process a pass read alive, or `None` to hold it back from this
+    /// snapshot: it loses nothing, as its end reports all its time. One ending where /proc
+    /// cannot say where it ran is reported at its end (see [`Sighting::Ending`]): described
+    /// from /proc it would be credited to the root's workload, and on the kernel basis also
+    /// to its own cgroup's, by that cgroup's counter. One gone is held back too on the kernel
+    /// basis: its description could name no usage counter, so its cgroup's would credit its
+    /// time again. On the final-switch basis it is described from what BPF knows, and its
+    /// record later names it.
+    fn sighted(
+        basis: Basis,
+        host: &mut impl Host,
+        key: ProcessKey,
+        t: &TaskTotals,
+    ) -> Option<Arc<ProcessInfo>> {
+        match host.describe_live(key, t) {
+            Sighting::Described(info) => Some(info),
+            Sighting::Ending => None,
+            Sighting::Gone if basis == Basis::Kernel => None,
+            Sighting::Gone => Some(host.describe(key, t, None)),
         }
     }
 

@@ -23,7 +23,7 @@ use crate::map_batch::{BatchError, BatchMap};
 use crate::map_read::{LoadedTasks, TaskReader};
 use crate::mapped::{map_array, Mapping};
 use crate::probes::{OptionalProbe, ProbeState, Probes};
-use crate::reconcile::{ExitInfo, FastMap, Host, Keys, Measured, Observed, Reconciler};
+use crate::reconcile::{ExitInfo, FastMap, Host, Keys, Measured, Observed, Reconciler, Sighting};
 use crate::{proc, unseen, EbpfSettings, EbpfStats};
 
 mod drain;
@@ -46,6 +46,9 @@ pub struct EbpfSource {
     cgroups: CgroupResolver,
     /// The cpu controller's v1 hierarchy on hybrid hosts (`None` on cgroup2-only hosts).
     cpu_cgroups: CgroupResolver,
+    /// The host mounts a v1 `cpu` or `cpuacct` hierarchy, where /proc shows a process in its
+    /// exit in the root (see [`crate::reconcile::Sighting::Ending`]).
+    v1_hierarchies: bool,
     reconciler: Reconciler,
     /// This snapshot's map readings, kept allocated from one snapshot to the next.
     observed: Observed,
@@ -180,6 +183,8 @@ struct Io<'a> {
     /// `None` if the map is missing: then nothing is collected.
     tasks: Option<&'a mut Map>,
     gone_descriptions: &'a mut FastMap<Gone, Arc<ProcessInfo>>,
+    /// The host mounts a v1 `cpu` or `cpuacct` hierarchy (see [`Sighting::Ending`]).
+    v1_hierarchies: bool,
 }
 
 impl Keys for Io<'_> {
@@ -219,26 +224,28 @@ impl Host for Io<'_> {
         }
     }
 
-    /// From /proc when the process is still there and is the same process (same start time),
-    /// else from what BPF knows: the comm it recorded and the cgroup by id, with the procfs
-    /// source's precedence (a non-root cpu-controller v1 path, else the unified one).
+    /// From /proc when the process is still there, the same process (same start time), and
+    /// /proc still says where it ran (see [`Sighting::Ending`]).
+    fn describe_live(&mut self, key: ProcessKey, t: &TaskTotals) -> Sighting {
+        match self.procfs.describe(key.pid).filter(|d| d.key == key) {
+            Some(d) if d.group_ending && self.v1_hierarchies => Sighting::Ending,
+            Some(d) => Sighting::Described(Arc::new(self.classified(key, t, d.info))),
+            None => Sighting::Gone,
+        }
+    }
+
+    /// What BPF knows: the comm an exit record holds and the cgroup by id, with the procfs
+    /// source's precedence (a non-root cpu-controller v1 path, else the unified one). An exit
+    /// record comes from the group's last switch: the process is gone, or a zombie whose /proc
+    /// says no more than the record (no cmdline, same comm; its v1 paths the root). Looking
+    /// it up anyway cost a failed open per short-lived process, the largest part of the
+    /// agent's CPU under 1,000 spawns a second.
     fn describe(
         &mut self,
         key: ProcessKey,
         t: &TaskTotals,
         exit: Option<&ExitInfo>,
     ) -> Arc<ProcessInfo> {
-        // An exit record comes from the group's last switch: the process is gone, or a zombie
-        // whose /proc says no more than the record (no cmdline, same comm and cgroup). Looking
-        // it up anyway cost a failed open per short-lived process, the largest part of the
-        // agent's CPU under 1,000 spawns a second.
-        let from_proc = match exit {
-            Some(_) => None,
-            None => self.procfs.describe(key.pid).filter(|d| d.key == key),
-        };
-        if let Some(d) = from_proc {
-            return Arc::new(self.classified(key, t, d.info));
-        }
         let alike = Gone::new(t, exit);
         if let Some(info) = self.gone_descriptions.get(&alike) {
             return info.clone();
@@ -287,6 +294,8 @@ impl EbpfSource {
             .clone()
             .or_else(|| cgroup2_mount(&mountinfo));
         let cpu_root = cgroup_v1_mount(&mountinfo, "cpu");
+        let v1_hierarchies =
+            cpu_root.is_some() || counting.as_ref().is_some_and(|c| c.cpuacct.is_some());
         if cgroup_root.is_none() {
             tracing::warn!("no cgroup2 mount found: exited processes keep no cgroup path");
         }
@@ -303,6 +312,7 @@ impl EbpfSource {
             classifier,
             cgroups: CgroupResolver::new(cgroup_root),
             cpu_cgroups: CgroupResolver::new(cpu_root),
+            v1_hierarchies,
             reconciler: {
                 let mut r = Reconciler::new(measured);
                 r.set_interval(settings.interval);
@@ -593,6 +603,7 @@ impl UsageSource for EbpfSource {
             cpu_cgroups: &mut self.cpu_cgroups,
             tasks,
             gone_descriptions: &mut self.gone_descriptions,
+            v1_hierarchies: self.v1_hierarchies,
         };
         let step = self.reconciler.step(&mut io, &mut self.observed);
         // Kept one snapshot only: cgroup paths and classifications are looked at afresh in
@@ -796,6 +807,7 @@ mod tests {
             cpu_cgroups: &mut src.cpu_cgroups,
             tasks: src.ebpf.map_mut(names::TASKS),
             gone_descriptions: &mut src.gone_descriptions,
+            v1_hierarchies: src.v1_hierarchies,
         };
         let mut removed = Vec::new();
         io.delete_each(&tgids, &mut removed);

@@ -442,6 +442,19 @@ fn an_ended_main_thread_is_described_without_exe_or_cmdline() {
     let alive = reader.describe(60).unwrap();
     assert_eq!(alive.info.exe, "/usr/bin/true");
     assert_eq!(alive.info.cmdline, ["true"]);
+    assert!(!alive.group_ending);
+    // In its exit (`PF_EXITING`), not a zombie yet: still described whole, but ending.
+    write_process(
+        root,
+        &FakeProcess {
+            flags: churned.flags | 0x4,
+            ..churned
+        },
+    );
+    let exiting = reader.describe(60).unwrap();
+    assert_eq!(exiting.info, alive.info);
+    assert!(exiting.group_ending);
+    write_process(root, &churned);
 
     // The same process as a zombie: the kernel shows neither (`procfs_real` checks that), so
     // neither is read, whatever this tree holds; its cgroup still is.
@@ -455,7 +468,14 @@ fn an_ended_main_thread_is_described_without_exe_or_cmdline() {
     assert_eq!(zombie.info.exe, "");
     assert!(zombie.info.cmdline.is_empty());
     assert_eq!(zombie.info.cgroup_path, "/churn.scope");
+    assert!(zombie.group_ending);
     let mut source = ProcfsSource::new(root.to_path_buf(), Arc::new(NoWorkloads)).unwrap();
     let snap = source.snapshot().unwrap();
     assert_eq!(*find(&snap, 60).unwrap().info, zombie.info);
+    // An ended main thread with other threads left (`num_threads` 3): the group goes on.
+    let line = fs::read_to_string(&stat)
+        .unwrap()
+        .replacen(" 20 0 1 0 ", " 20 0 3 0 ", 1);
+    fs::write(&stat, line).unwrap();
+    assert!(!reader.describe(60).unwrap().group_ending);
 }

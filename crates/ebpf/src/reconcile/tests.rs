@@ -25,8 +25,10 @@ struct Fake {
     deletes: Vec<u32>,
     /// Every description asked for, with the exit record's part when there was one.
     described: Vec<(ProcessKey, Option<ExitInfo>)>,
-    /// tgids whose live description finds no name (gone from /proc before it was read).
-    nameless: HashSet<u32>,
+    /// tgids gone from /proc before their live description was read.
+    reaped: HashSet<u32>,
+    /// tgids whose whole group /proc shows in its exit, where that hides its cgroup.
+    ending: HashSet<u32>,
 }
 
 impl Keys for Fake {
@@ -54,9 +56,7 @@ impl Host for Fake {
         removed && !self.kernel_wins.contains(&tgid)
     }
 
-    /// A live process is named `p<pid>` (unless nameless); an exited one takes its exit
-    /// record's comm. The
-    /// cgroup path names the id, so a test can tell which reading a description came from.
+    /// Named after the exit record's comm, or nothing without one, as BPF knows no more.
     fn describe(
         &mut self,
         key: ProcessKey,
@@ -64,18 +64,30 @@ impl Host for Fake {
         exit: Option<&ExitInfo>,
     ) -> Arc<ProcessInfo> {
         self.described.push((key, exit.cloned()));
-        let comm = match exit {
-            Some(e) => e.comm(),
-            None if self.nameless.contains(&key.pid) => String::new(),
-            None => format!("p{}", key.pid),
-        };
-        Arc::new(ProcessInfo {
-            comm,
-            cgroup_path: format!("/cg/{}", totals.cgroup_id),
-            cgroup_id: (totals.cgroup_id != 0).then_some(totals.cgroup_id),
-            ..Default::default()
-        })
+        described(exit.map(ExitInfo::comm).unwrap_or_default(), totals)
     }
+
+    /// A live process is named `p<pid>`, unless reaped or ending.
+    fn describe_live(&mut self, key: ProcessKey, totals: &TaskTotals) -> Sighting {
+        self.described.push((key, None));
+        if self.reaped.contains(&key.pid) {
+            Sighting::Gone
+        } else if self.ending.contains(&key.pid) {
+            Sighting::Ending
+        } else {
+            Sighting::Described(described(format!("p{}", key.pid), totals))
+        }
+    }
+}
+
+/// The cgroup path names the id, so a test can tell which reading a description came from.
+fn described(comm: String, totals: &TaskTotals) -> Arc<ProcessInfo> {
+    Arc::new(ProcessInfo {
+        comm,
+        cgroup_path: format!("/cg/{}", totals.cgroup_id),
+        cgroup_id: (totals.cgroup_id != 0).then_some(totals.cgroup_id),
+        ..Default::default()
+    })
 }
 
 impl Fake {
@@ -612,7 +624,7 @@ fn an_exited_process_keeps_its_live_description_else_takes_its_record() {
     let mut host = Fake::default();
     let mut rec = reconciler();
     // 9 was described alive but without a name (gone from /proc meanwhile).
-    host.nameless.insert(9);
+    host.reaped.insert(9);
     rec.step(
         &mut host,
         &mut live(&[(7, totals(SEC, 1)), (9, totals(SEC, 1))]),
@@ -1052,4 +1064,90 @@ fn a_turn_between_bases_goes_on_from_what_was_reported() {
     rec.queue_exits(&host, [record(8, 60 * SEC, 25, "eight")]);
     let step = rec.step(&mut host, &mut pass(&[(7, both(SEC, 1_170, 0))]));
     assert_eq!(reports(&step, key(8, 60 * SEC)), [(105, true, "p8".into())]);
+}
+
+/// A process first met with its whole group in its exit, where /proc then shows it in the root
+/// of the v1 hierarchies: held back, and reported at its end, whole. On the final-switch basis
+/// its record describes it; on the kernel basis its cgroup's counter holds its time, so it is
+/// not reported at all (reported, it would be credited to the root's workload, and its
+/// cgroup's counter would credit it again).
+#[test]
+fn a_process_first_met_ending_is_reported_at_its_end_only() {
+    let mut host = Fake::default();
+    host.ending.insert(7);
+    let mut rec = reconciler();
+    let step = rec.step(&mut host, &mut live(&[(7, totals(SEC, 30))]));
+    assert!(step.processes.is_empty(), "{:?}", step.processes);
+    // Its entry is read again until its record comes: still held back.
+    let step = rec.step(&mut host, &mut live(&[(7, totals(SEC, 35))]));
+    assert!(step.processes.is_empty(), "{:?}", step.processes);
+    rec.queue_exits(&host, [record(7, SEC, 40, "seven")]);
+    let step = rec.step(&mut host, &mut Observed::default());
+    assert_eq!(reports(&step, key(7, SEC)), [(40, true, "seven".into())]);
+    assert!(host
+        .described
+        .contains(&(key(7, SEC), Some(exit_info("seven", 0)))));
+
+    let mut host = Fake::default();
+    host.ending.insert(8);
+    let mut rec = reconciler();
+    rec.use_iterator();
+    rec.rebase(&host, &LiveTable::default(), Basis::Kernel);
+    rec.iterator_snapshot(Duration::from_secs(10));
+    rec.step(&mut host, &mut pass(&[]));
+    let step = rec.step(&mut host, &mut pass(&[(8, both(60 * SEC, 0, 30))]));
+    assert!(step.processes.is_empty(), "{:?}", step.processes);
+    let step = rec.step(&mut host, &mut pass(&[]));
+    assert!(step.processes.is_empty(), "{:?}", step.processes);
+}
+
+/// A process reaped between the pass that read it and its description: on the kernel basis
+/// held back (a description from BPF names no usage counter, so its cgroup's counter would
+/// credit its time again), on the final-switch basis described from what BPF knows.
+#[test]
+fn a_process_reaped_before_its_description_is_left_to_its_counter_on_the_kernel_basis() {
+    let mut host = Fake::default();
+    host.reaped.insert(8);
+    let mut rec = reconciler();
+    rec.use_iterator();
+    rec.rebase(&host, &LiveTable::default(), Basis::Kernel);
+    rec.iterator_snapshot(Duration::from_secs(10));
+    rec.step(&mut host, &mut pass(&[]));
+    let step = rec.step(&mut host, &mut pass(&[(8, both(60 * SEC, 0, 30))]));
+    assert!(step.processes.is_empty(), "{:?}", step.processes);
+    let step = rec.step(&mut host, &mut pass(&[]));
+    assert!(step.processes.is_empty(), "{:?}", step.processes);
+    // Only the live description was asked for, not one from BPF.
+    assert_eq!(host.descriptions(key(8, 60 * SEC)), 1);
+
+    let mut host = Fake::default();
+    host.reaped.insert(8);
+    let mut rec = reconciler();
+    let step = rec.step(&mut host, &mut live(&[(8, totals(60 * SEC, 30))]));
+    assert_eq!(
+        reports(&step, key(8, 60 * SEC)),
+        [(30, false, String::new())]
+    );
+}
+
+/// A process that moves to another cgroup while it ends keeps the description it had: /proc
+/// can no longer say where it runs.
+#[test]
+fn a_process_moved_while_ending_keeps_its_description() {
+    let mut host = Fake::default();
+    let mut rec = reconciler();
+    let in_cgroup = |cgroup_id, cpu_ns| TaskTotals {
+        cgroup_id,
+        ..totals(SEC, cpu_ns)
+    };
+    rec.step(&mut host, &mut live(&[(7, in_cgroup(5, 100))]));
+    host.ending.insert(7);
+    let step = rec.step(&mut host, &mut live(&[(7, in_cgroup(6, 120))]));
+    assert_eq!(reports(&step, key(7, SEC)), [(120, false, "p7".into())]);
+    let p = step
+        .processes
+        .iter()
+        .find(|p| p.key == key(7, SEC))
+        .unwrap();
+    assert_eq!(p.info.cgroup_path, "/cg/5");
 }

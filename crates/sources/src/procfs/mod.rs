@@ -48,7 +48,7 @@ pub use reader::{NodeStat, ProcessDescription, ProcessState, ProcfsReader};
 use credit::{Credit, Runtime};
 use discover::Discovery;
 
-use parse::{PidStat, PF_EXITING, PF_KTHREAD};
+use parse::{PidStat, PF_KTHREAD};
 use read::io_error;
 
 /// A process as last seen, so its identity is read once per (pid, start time).
@@ -130,8 +130,8 @@ enum HeldRead {
 enum Missed {
     /// Its files could not be read, or it is gone: [`ProcfsSource::ended`] tells which.
     Unread,
-    /// Left to its cgroup's counter as a process in its exit ([`left_to_counters`]): as good
-    /// as ended for the scan's completeness.
+    /// Left to its cgroup's counter as a process in its exit (see `zombies_to_counters`): as
+    /// good as ended for the scan's completeness.
     LeftToCounters,
 }
 
@@ -200,8 +200,13 @@ pub struct ProcfsSource {
     /// ended between two scans, and of the last moments of those that ended, reaches their
     /// cgroup's workload through them.
     counters: Option<UsageCounters>,
-    /// Whether processes first met exiting or ended, no other thread left, are left to those
-    /// counters (see [`left_to_counters`]): where they count a v1 `cpuacct` hierarchy.
+    /// Whether a process first met with its whole group in its exit
+    /// ([`PidStat::group_ending`]) is left out of the snapshot, its time left to its cgroup's
+    /// counter: so it is where the counters read a v1 `cpuacct` hierarchy. There its `cgroup`
+    /// file shows the root, while its cgroup's counter holds all its time, which reaches that
+    /// cgroup's workload as the time of an ended process no scan saw. Reported, it would be
+    /// counted twice, in the root and in its cgroup's remainder. On the unified hierarchy the
+    /// file still names its cgroup.
     zombies_to_counters: bool,
     /// Processes the last scan took unread (see [`Self::read_unmoved`]).
     taken_unread: usize,
@@ -478,6 +483,8 @@ impl ProcfsSource {
             HeldRead::Opened(file) => Some(file),
             HeldRead::Kept | HeldRead::None | HeldRead::Gone => None,
         };
+        let stat = stat.ok_or(Missed::Unread)?;
+        let group_ending = stat.group_ending();
         let PidStat {
             comm,
             ended,
@@ -487,8 +494,7 @@ impl ProcfsSource {
             stime,
             threads,
             start_time,
-            ..
-        } = stat.ok_or(Missed::Unread)?;
+        } = stat;
         let key = ProcessKey {
             pid,
             start_time: parse::ticks_to_duration(start_time, user_hz),
@@ -524,8 +530,8 @@ impl ProcfsSource {
                     .cache
                     .get(&pid)
                     .is_none_or(|c| c.start_ticks != start_time);
-                let exiting = ended || flags & PF_EXITING != 0;
-                if first_met && left_to_counters(self.zombies_to_counters, exiting, threads) {
+                // See `zombies_to_counters`.
+                if first_met && group_ending && self.zombies_to_counters {
                     return Err(Missed::LeftToCounters);
                 }
                 let comm = comm.into_owned();
@@ -763,19 +769,6 @@ impl ProcfsSource {
         self.pid_name = name;
         complete
     }
-}
-
-/// Whether a process first met with its main thread exiting or ended (`PF_EXITING`, or
-/// `stat`'s `Z`/`X`) and no other thread (`num_threads` 1: the whole group is in its exit) is
-/// left out of the snapshot, its time left to its cgroup's usage counter. So it is where the
-/// counters read a v1 `cpuacct` hierarchy (`to_counters`): the kernel shows an exiting task in
-/// the root of every v1 hierarchy (`proc_cgroup_show`), so its `cgroup` file no longer says
-/// where it ran, while its cgroup's counter holds all its time, which reaches that cgroup's
-/// workload as the time of an ended process no scan saw. Reported, it would be counted twice,
-/// in the root and in its cgroup's remainder. On the unified hierarchy the file still names
-/// its cgroup.
-fn left_to_counters(to_counters: bool, exiting: bool, threads: u64) -> bool {
-    exiting && threads <= 1 && to_counters
 }
 
 /// `cap`, or fewer under a small open-file limit: an eighth of it at most for each of `stat`

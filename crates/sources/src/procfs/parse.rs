@@ -21,6 +21,16 @@ pub(crate) struct PidStat<'a> {
     pub start_time: u64,
 }
 
+impl PidStat<'_> {
+    /// The whole group is in its exit: its main thread is exiting or has ended (`PF_EXITING`,
+    /// `Z`/`X`) and no other thread is left (`num_threads` 1). From here on the kernel shows
+    /// the process in the root of every v1 hierarchy of its `cgroup` file
+    /// (`proc_cgroup_show`), so that file no longer says where it ran; the unified line does.
+    pub(crate) fn group_ending(&self) -> bool {
+        (self.ended || self.flags & PF_EXITING != 0) && self.threads <= 1
+    }
+}
+
 /// `PF_KTHREAD` from the kernel's `include/linux/sched.h`.
 pub(crate) const PF_KTHREAD: u64 = 0x0020_0000;
 /// `PF_EXITING` from the same header: the thread has begun its exit, before it is a zombie.

@@ -25,6 +25,9 @@ pub struct ProcessDescription {
     /// `comm`, `exe`, `cmdline`, `cgroup_path` and `kernel_thread`; the rest (cgroup id,
     /// workload) is left at its default for the caller to fill in.
     pub info: ProcessInfo,
+    /// Its whole group was in its exit: its main thread exiting or ended, no other thread
+    /// left. The v1 lines of its `cgroup` file then show the root, wherever it ran.
+    pub group_ending: bool,
 }
 
 /// What a process's `stat` says of it as a whole ([`ProcfsReader::state_at`]).
@@ -313,20 +316,26 @@ impl ProcfsReader {
         let pid_name = pid.to_string();
         let pid_name = OsStr::new(&pid_name);
         let user_hz = self.user_hz;
+        let stat = self.read_stat(pid_name)?;
+        let group_ending = stat.group_ending();
         let PidStat {
             comm,
             ended,
             flags,
             start_time,
             ..
-        } = self.read_stat(pid_name)?;
+        } = stat;
         let comm = String::from_utf8_lossy(comm).into_owned();
         let key = ProcessKey {
             pid,
             start_time: parse::ticks_to_duration(start_time, user_hz),
         };
         let info = self.read_identity(pid_name, comm, flags & PF_KTHREAD != 0, ended)?;
-        Some(ProcessDescription { key, info })
+        Some(ProcessDescription {
+            key,
+            info,
+            group_ending,
+        })
     }
 
     /// Opens `<root>/<pid_name>/stat` to be held and read again with [`Self::load_stat_at`]
