@@ -479,3 +479,79 @@ fn an_ended_main_thread_is_described_without_exe_or_cmdline() {
     fs::write(&stat, line).unwrap();
     assert!(!reader.describe(60).unwrap().group_ending);
 }
+
+/// Rewrites the `stat` at `path`: its state and `num_threads`.
+fn set_state(path: &Path, state: &str, threads: u32) {
+    let line = fs::read_to_string(path)
+        .unwrap()
+        .replacen(") S ", &format!(") {state} "), 1)
+        .replacen(" 20 0 1 0 ", &format!(" 20 0 {threads} 0 "), 1);
+    fs::write(path, line).unwrap();
+}
+
+/// A process whose main thread ended while another thread runs on: the kernel shows the main
+/// thread's `exe` and `cmdline` empty and the root in its v1 cgroup lines, so the process is
+/// described from the live thread's files; with no live thread, from what the main thread
+/// still shows.
+#[test]
+fn a_process_whose_main_thread_left_is_described_from_a_live_thread() {
+    use kepler_sources::cgroups::Counting as Hierarchies;
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path();
+    write_node(root, [10, 0, 10, 100, 0, 0, 0, 0, 0, 0], "100.00");
+    let leader = FakeProcess {
+        pid: 70,
+        comm: "daemon",
+        start_ticks: 500,
+        exe: None,
+        cmdline: &[],
+        cgroup: "2:cpuacct:/\n1:cpu:/\n0::/system.slice/d.service\n",
+        ..FakeProcess::default()
+    };
+    write_process(root, &leader);
+    set_state(&root.join("70/stat"), "Z", 2);
+    write_process(&root.join("70/task"), &leader);
+    set_state(&root.join("70/task/70/stat"), "Z", 2);
+    let worker = FakeProcess {
+        pid: 71,
+        exe: Some("/usr/sbin/daemon"),
+        cmdline: &["daemon", "-f"],
+        cgroup: "2:cpuacct:/docker/abc\n1:cpu:/docker/abc\n0::/system.slice/d.service\n",
+        ..leader
+    };
+    write_process(&root.join("70/task"), &worker);
+    set_state(&root.join("70/task/71/stat"), "S", 2);
+    let hierarchies = Hierarchies {
+        cpuacct: Some("/sys/fs/cgroup/cpuacct".into()),
+        unified: Some("/sys/fs/cgroup/unified".into()),
+    };
+    let mut reader = ProcfsReader::new(root).unwrap();
+    reader.name_usage_cgroups(&hierarchies);
+    let described = reader.describe(70).unwrap();
+    assert_eq!(described.info.exe, "/usr/sbin/daemon");
+    assert_eq!(described.info.cmdline, ["daemon", "-f"]);
+    assert_eq!(described.info.cgroup_path, "/docker/abc");
+    assert_eq!(
+        described.info.usage_cgroup.as_deref(),
+        Some("cpuacct:/docker/abc")
+    );
+    assert!(!described.group_ending, "a thread runs on");
+    let mut source = ProcfsSource::new(root.to_path_buf(), Arc::new(NoWorkloads)).unwrap();
+    let snap = source.snapshot().unwrap();
+    assert_eq!(find(&snap, 70).unwrap().info.exe, described.info.exe);
+    assert_eq!(
+        find(&snap, 70).unwrap().info.cgroup_path,
+        described.info.cgroup_path
+    );
+
+    // The other thread is leaving too: the main thread's own files are all there is.
+    set_state(&root.join("70/task/71/stat"), "Z", 2);
+    let described = reader.describe(70).unwrap();
+    assert_eq!(described.info.exe, "");
+    assert!(described.info.cmdline.is_empty());
+    assert_eq!(described.info.cgroup_path, "/system.slice/d.service");
+    assert_eq!(
+        described.info.usage_cgroup.as_deref(),
+        Some("unified:/system.slice/d.service")
+    );
+}

@@ -158,3 +158,67 @@ fn a_zombie_shows_no_exe_nor_cmdline_and_is_described_so() {
         )
     );
 }
+
+/// A process whose main thread ended while another runs on: the kernel shows the main
+/// thread's `exe` and `cmdline` empty (and the root in its v1 cgroup lines), a live thread's
+/// all there; the process is described from that thread.
+#[test]
+fn a_process_whose_main_thread_ended_is_described_from_a_live_thread() {
+    let child = Reaped(
+        Command::new("python3")
+            .args([
+                "-c",
+                "import ctypes, threading, time\n\
+                 threading.Thread(target=time.sleep, args=(60,)).start()\n\
+                 ctypes.CDLL(None).pthread_exit(None)\n",
+                "left-behind",
+            ])
+            .spawn()
+            .unwrap(),
+    );
+    let pid = child.0.id();
+    let stat = format!("/proc/{pid}/stat");
+    let mut waited = Duration::ZERO;
+    // `Z` with 2 threads: the main thread ended, the sleeper runs on.
+    while !std::fs::read_to_string(&stat)
+        .unwrap()
+        .rsplit_once(')')
+        .is_some_and(|(_, rest)| {
+            let fields: Vec<&str> = rest.split_whitespace().collect();
+            fields.first() == Some(&"Z") && fields.get(17) == Some(&"2")
+        })
+    {
+        assert!(
+            waited < Duration::from_secs(60),
+            "{pid}'s main thread never ended"
+        );
+        sleep(Duration::from_millis(5));
+        waited += Duration::from_millis(5);
+    }
+    assert!(std::fs::read_link(format!("/proc/{pid}/exe")).is_err());
+    assert!(std::fs::read(format!("/proc/{pid}/cmdline"))
+        .unwrap()
+        .is_empty());
+
+    let described = ProcfsReader::new("/proc").unwrap().describe(pid).unwrap();
+    assert!(
+        described.info.exe.contains("python"),
+        "{:?}",
+        described.info
+    );
+    assert_eq!(
+        described.info.cmdline.last().map(String::as_str),
+        Some("left-behind")
+    );
+    assert!(!described.group_ending);
+    let snap = source().snapshot().unwrap();
+    let seen = &find(&snap, pid).info;
+    assert_eq!(
+        (&seen.exe, &seen.cmdline, &seen.cgroup_path),
+        (
+            &described.info.exe,
+            &described.info.cmdline,
+            &described.info.cgroup_path
+        )
+    );
+}

@@ -484,16 +484,16 @@ impl ProcfsSource {
             HeldRead::Kept | HeldRead::None | HeldRead::Gone => None,
         };
         let stat = stat.ok_or(Missed::Unread)?;
-        let group_ending = stat.group_ending();
+        let (group_ending, leader) = (stat.group_ending(), stat.leader());
         let PidStat {
             comm,
-            ended,
             asleep,
             flags,
             utime,
             stime,
             threads,
             start_time,
+            ..
         } = stat;
         let key = ProcessKey {
             pid,
@@ -537,7 +537,7 @@ impl ProcfsSource {
                 let comm = comm.into_owned();
                 let mut info = self
                     .reader
-                    .read_identity(pid_name, comm, kernel_thread, ended)
+                    .read_identity(pid_name, comm, kernel_thread, leader)
                     .ok_or(Missed::Unread)?;
                 info.workload = self.classifier.classify_process(pid, &info);
                 let info = Arc::new(info);

@@ -22,13 +22,42 @@ pub(crate) struct PidStat<'a> {
 }
 
 impl PidStat<'_> {
-    /// The whole group is in its exit: its main thread is exiting or has ended (`PF_EXITING`,
-    /// `Z`/`X`) and no other thread is left (`num_threads` 1). From here on the kernel shows
-    /// the process in the root of every v1 hierarchy of its `cgroup` file
+    /// The main thread is exiting or has ended (`PF_EXITING`, `Z`/`X`). From here on the
+    /// kernel shows it in the root of every v1 hierarchy of its `cgroup` file
     /// (`proc_cgroup_show`), so that file no longer says where it ran; the unified line does.
-    pub(crate) fn group_ending(&self) -> bool {
-        (self.ended || self.flags & PF_EXITING != 0) && self.threads <= 1
+    pub(crate) fn leader_leaving(&self) -> bool {
+        self.ended || self.flags & PF_EXITING != 0
     }
+
+    /// The whole group is in its exit: its main thread is leaving and no other thread is left
+    /// (`num_threads` 1).
+    pub(crate) fn group_ending(&self) -> bool {
+        self.leader_leaving() && self.threads <= 1
+    }
+
+    /// What the main thread's files can tell of the process (see [`Leader`]).
+    pub(crate) fn leader(&self) -> Leader {
+        if self.leader_leaving() && self.threads > 1 {
+            Leader::LeftOthers
+        } else if self.ended {
+            Leader::Ended
+        } else {
+            Leader::Live
+        }
+    }
+}
+
+/// What a process's main thread can tell of it, from its `stat`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Leader {
+    /// Alive (or in its exit, the last thread of its group): its files describe the process.
+    Live,
+    /// Ended, the last of its group: `exe` and `cmdline` are read through the memory map it let
+    /// go at exit, so they read empty.
+    Ended,
+    /// Leaving while other threads run on: empty `exe` and `cmdline` once it ended, the root
+    /// in its v1 cgroup lines from its exit on. A live thread's files describe the process.
+    LeftOthers,
 }
 
 /// `PF_KTHREAD` from the kernel's `include/linux/sched.h`.

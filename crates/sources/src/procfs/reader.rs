@@ -2,20 +2,26 @@
 //! it each tick; the eBPF source uses it for node CPU times and to describe a process once, so
 //! both sources read a process's identity, and derive its key, with the same code.
 
-use std::ffi::OsStr;
+use std::ffi::{OsStr, OsString};
 use std::fs::{self, File};
 use std::io;
+use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
 use kepler_core::{NodeCpuTimes, ProcessInfo, ProcessKey, ReadError, Unavailable};
 
-use super::parse::{self, PidStat, PF_KTHREAD};
+use super::parse::{self, Leader, PidStat, PF_KTHREAD};
 use crate::bounded::open_nonblocking;
 
 use super::read::{io_error, is_procfs, is_vanished, parse_error, user_hz, Buffer};
 use crate::cgroups::{Counting, Uncounted, UsageNames};
+
+/// Threads of a process whose main thread left that are tried for one still running
+/// ([`ProcfsReader::live_thread`]): enough for a process whose threads end one after another,
+/// while one with thousands of threads costs a bounded number of reads.
+const LIVE_THREAD_TRIES: usize = 16;
 
 /// What `/proc/<pid>` tells about a process, as [`ProcfsReader::describe`] reads it.
 #[derive(Clone, Debug, PartialEq)]
@@ -317,10 +323,9 @@ impl ProcfsReader {
         let pid_name = OsStr::new(&pid_name);
         let user_hz = self.user_hz;
         let stat = self.read_stat(pid_name)?;
-        let group_ending = stat.group_ending();
+        let (group_ending, leader) = (stat.group_ending(), stat.leader());
         let PidStat {
             comm,
-            ended,
             flags,
             start_time,
             ..
@@ -330,7 +335,7 @@ impl ProcfsReader {
             pid,
             start_time: parse::ticks_to_duration(start_time, user_hz),
         };
-        let info = self.read_identity(pid_name, comm, flags & PF_KTHREAD != 0, ended)?;
+        let info = self.read_identity(pid_name, comm, flags & PF_KTHREAD != 0, leader)?;
         Some(ProcessDescription {
             key,
             info,
@@ -419,14 +424,27 @@ impl ProcfsReader {
 
     /// Reads what identifies a process besides its `stat`. `None` when it exited meanwhile.
     /// The comm comes from `stat` (the kernel prints the same name in `stat` and `comm`),
-    /// saving an open. `leader_ended` is `stat`'s word that the main thread has ended.
+    /// saving an open. `leader` is what `stat` says of the main thread: where it has left
+    /// other threads running, their files are read instead (see [`Leader::LeftOthers`]).
     pub(crate) fn read_identity(
         &mut self,
         pid_name: &OsStr,
         comm: String,
         kernel_thread: bool,
-        leader_ended: bool,
+        leader: Leader,
     ) -> Option<ProcessInfo> {
+        let thread_dir;
+        let (dir, leader) = match leader {
+            Leader::LeftOthers => match self.live_thread(pid_name) {
+                Some(found) => {
+                    thread_dir = found;
+                    (thread_dir.as_os_str(), Leader::Live)
+                }
+                // None found in time (each ended meanwhile): what the main thread still shows.
+                None => (pid_name, Leader::Ended),
+            },
+            leader => (pid_name, leader),
+        };
         let mut info = ProcessInfo {
             comm,
             kernel_thread,
@@ -436,16 +454,16 @@ impl ProcfsReader {
         // that ended: both are read through its memory map, which it let go at exit, so they
         // would read empty. Under churn most new processes a scan finds are such zombies,
         // and this saves four syscalls each.
-        if !kernel_thread && !leader_ended {
-            self.set_path(pid_name, "exe");
+        if !kernel_thread && leader == Leader::Live {
+            self.set_path(dir, "exe");
             // Unreadable for other users' processes without CAP_SYS_PTRACE, and for zombies.
             info.exe = fs::read_link(&self.path)
                 .map(|p| p.to_string_lossy().into_owned())
                 .unwrap_or_default();
-            self.set_path(pid_name, "cmdline");
+            self.set_path(dir, "cmdline");
             info.cmdline = parse::parse_cmdline(self.read_cmdline()?);
         }
-        self.set_path(pid_name, "cgroup");
+        self.set_path(dir, "cgroup");
         let cgroup = String::from_utf8_lossy(read_optional(&mut self.buf, &self.path)?);
         info.cgroup_path = parse::select_cgroup_path(&cgroup).to_owned();
         match self.usage_names.as_mut().map(|n| n.of(&cgroup)) {
@@ -454,6 +472,32 @@ impl ProcfsReader {
             None => {}
         }
         Some(info)
+    }
+
+    /// `<pid>/task/<tid>` for a thread of process `pid_name` other than its main one that is
+    /// neither exiting nor ended, among the first [`LIVE_THREAD_TRIES`] listed; `None` when
+    /// there is none.
+    fn live_thread(&mut self, pid_name: &OsStr) -> Option<OsString> {
+        self.set_path(pid_name, "task");
+        let tids = fs::read_dir(&self.path).ok()?;
+        let mut dir = OsString::new();
+        for entry in tids.filter_map(Result::ok).take(LIVE_THREAD_TRIES) {
+            let tid = entry.file_name();
+            if tid == pid_name || parse::parse_pid(tid.as_bytes()).is_none() {
+                continue;
+            }
+            dir.clear();
+            dir.push(pid_name);
+            dir.push("/task/");
+            dir.push(&tid);
+            if self
+                .read_stat(&dir)
+                .is_some_and(|stat| !stat.leader_leaving())
+            {
+                return Some(dir);
+            }
+        }
+        None
     }
 
     /// Points `self.path` at `<root>/<pid>/<file>` without allocating once it has grown.
