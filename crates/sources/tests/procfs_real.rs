@@ -23,6 +23,35 @@ fn find(snapshot: &UsageSnapshot, pid: u32) -> &kepler_core::ProcessUsage {
         .unwrap_or_else(|| panic!("pid {pid} not in snapshot"))
 }
 
+/// Waits (up to 60 s) until `/proc/<pid>/stat` shows the main thread ended (`Z`) with
+/// `threads` threads counted, then checks what the kernel shows of it: no `exe`, an empty
+/// `cmdline`.
+fn await_ended_main_thread(pid: u32, threads: u32) {
+    let stat = format!("/proc/{pid}/stat");
+    let threads = threads.to_string();
+    let mut waited = Duration::ZERO;
+    while !std::fs::read_to_string(&stat)
+        .unwrap()
+        .rsplit_once(')')
+        .is_some_and(|(_, rest)| {
+            // From field 3 (state) on: `num_threads` is field 20.
+            let fields: Vec<&str> = rest.split_whitespace().collect();
+            fields.first() == Some(&"Z") && fields.get(17) == Some(&threads.as_str())
+        })
+    {
+        assert!(
+            waited < Duration::from_secs(60),
+            "{pid}'s main thread never ended"
+        );
+        sleep(Duration::from_millis(5));
+        waited += Duration::from_millis(5);
+    }
+    assert!(std::fs::read_link(format!("/proc/{pid}/exe")).is_err());
+    assert!(std::fs::read(format!("/proc/{pid}/cmdline"))
+        .unwrap()
+        .is_empty());
+}
+
 #[test]
 fn finds_a_sleeping_child_with_its_identity() {
     let child = Reaped(Command::new("sleep").arg("30").spawn().unwrap());
@@ -115,22 +144,8 @@ fn busy_child_accumulates_cpu_time() {
 fn a_zombie_shows_no_exe_nor_cmdline_and_is_described_so() {
     let child = Reaped(Command::new("true").spawn().unwrap());
     let pid = child.0.id();
-    let stat = format!("/proc/{pid}/stat");
-    let mut waited = Duration::ZERO;
     // Not reaped until `child` drops: it stays a zombie once it has run.
-    while !std::fs::read_to_string(&stat)
-        .unwrap()
-        .rsplit_once(')')
-        .is_some_and(|(_, rest)| rest.trim_start().starts_with('Z'))
-    {
-        assert!(waited < Duration::from_secs(60), "{pid} never ended");
-        sleep(Duration::from_millis(5));
-        waited += Duration::from_millis(5);
-    }
-    assert!(std::fs::read_link(format!("/proc/{pid}/exe")).is_err());
-    assert!(std::fs::read(format!("/proc/{pid}/cmdline"))
-        .unwrap()
-        .is_empty());
+    await_ended_main_thread(pid, 1);
 
     let described = ProcfsReader::new("/proc").unwrap().describe(pid).unwrap();
     assert_eq!(described.info.comm, "true");
@@ -177,28 +192,8 @@ fn a_process_whose_main_thread_ended_is_described_from_a_live_thread() {
             .unwrap(),
     );
     let pid = child.0.id();
-    let stat = format!("/proc/{pid}/stat");
-    let mut waited = Duration::ZERO;
-    // `Z` with 2 threads: the main thread ended, the sleeper runs on.
-    while !std::fs::read_to_string(&stat)
-        .unwrap()
-        .rsplit_once(')')
-        .is_some_and(|(_, rest)| {
-            let fields: Vec<&str> = rest.split_whitespace().collect();
-            fields.first() == Some(&"Z") && fields.get(17) == Some(&"2")
-        })
-    {
-        assert!(
-            waited < Duration::from_secs(60),
-            "{pid}'s main thread never ended"
-        );
-        sleep(Duration::from_millis(5));
-        waited += Duration::from_millis(5);
-    }
-    assert!(std::fs::read_link(format!("/proc/{pid}/exe")).is_err());
-    assert!(std::fs::read(format!("/proc/{pid}/cmdline"))
-        .unwrap()
-        .is_empty());
+    // The main thread ended, the sleeper runs on.
+    await_ended_main_thread(pid, 2);
 
     let described = ProcfsReader::new("/proc").unwrap().describe(pid).unwrap();
     assert!(
