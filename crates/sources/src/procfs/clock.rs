@@ -82,6 +82,22 @@ pub(crate) fn given_out_between(pid: u64, before: u64, after: u64) -> bool {
     }
 }
 
+/// The last pid given out as the scan before read it, where the fork count is still the one
+/// read ahead of it then (`before`: that last pid and that count): no task was created since,
+/// so none took a pid. `None` where it must be read again. (A fork that fails after taking
+/// its pid, on a cgroup's pid limit say, gives one out without counting; the older pid then
+/// starts the range of pids given out, checked after the scan, before where the kernel's cursor
+/// is: that checks more pids, not fewer.)
+pub(crate) fn unmoved_last_pid(
+    (last_pid, forks_then): (Option<u64>, Option<u64>),
+    forks: Option<u64>,
+) -> Option<u64> {
+    match (last_pid, forks_then, forks) {
+        (Some(last_pid), Some(then), Some(now)) if then == now => Some(last_pid),
+        _ => None,
+    }
+}
+
 /// The most pids the kernel gives out (`<root>/sys/kernel/pid_max`); `None` when unreadable.
 pub(crate) fn pid_max(root: &Path) -> Option<u64> {
     let text = std::fs::read_to_string(root.join("sys/kernel/pid_max")).ok()?;
@@ -177,6 +193,16 @@ mod tests {
         assert!(!given_out_between(3_999_999, 4_000_000, 305));
         assert!(pid_max(Path::new("/proc")).is_some_and(|max| max >= 300));
         assert_eq!(pid_max(Path::new("/nonexistent")), None);
+    }
+
+    #[test]
+    fn the_last_pid_stands_while_no_task_was_created() {
+        assert_eq!(unmoved_last_pid((Some(700), Some(41)), Some(41)), Some(700));
+        assert_eq!(unmoved_last_pid((Some(700), Some(41)), Some(42)), None);
+        // Unread then, or no fork count (a fixture tree): read.
+        assert_eq!(unmoved_last_pid((None, Some(41)), Some(41)), None);
+        assert_eq!(unmoved_last_pid((Some(700), None), None), None);
+        assert_eq!(unmoved_last_pid((Some(700), Some(41)), None), None);
     }
 
     #[test]

@@ -12,6 +12,7 @@
 //! The reads themselves are in [`ProcfsReader`], public so that other sources (eBPF) read node
 //! CPU times and describe processes exactly as this one does.
 
+mod budget;
 mod clock;
 mod credit;
 mod discover;
@@ -33,7 +34,7 @@ use std::fs::{self, File};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use kepler_core::{
     Classifier, ProcessInfo, ProcessKey, ProcessUsage, ReadError, Unavailable, UsageSnapshot,
@@ -155,10 +156,11 @@ pub struct ProcfsSource {
     held: usize,
     /// `schedstat` files held now, likewise.
     held_schedstat: usize,
-    /// The most of each kind that may be held in this scan: [`held_stat_budget`] of
+    /// The most of each kind that may be held in this scan: [`budget::held_stat_budget`] of
     /// `held_cap`.
     held_budget: usize,
     held_cap: usize,
+    file_limit: budget::FileLimit,
     /// The node's fork count read before the last scan that found every process (a listing of
     /// the tree that read every process it named, or a probe of the pids given out: see
     /// [`discover`]), kept while each scan since read every process known. While the count
@@ -226,6 +228,7 @@ impl ProcfsSource {
             held_schedstat: 0,
             held_budget: 0,
             held_cap: MAX_HELD_STAT_FILES,
+            file_limit: budget::FileLimit::default(),
             listed_at_forks: None,
             discovered_to: None,
             #[cfg(test)]
@@ -597,9 +600,10 @@ impl UsageSource for ProcfsSource {
         // The last pid given out, after the fork count: every task the count includes has a
         // pid up to it ([`discover`]), and it covers every task created from the scan before
         // to the end of this one for the check of pids read through their clock
-        // (`check_read_by_pid`).
+        // (`check_read_by_pid`). Not read again while the fork count stands.
         let last_pid = if self.group_clock {
-            self.reader.read_last_pid()
+            clock::unmoved_last_pid(self.pid_cursor_before, forks)
+                .or_else(|| self.reader.read_last_pid())
         } else {
             None
         };
@@ -612,8 +616,8 @@ impl UsageSource for ProcfsSource {
         }
         self.generation = self.generation.wrapping_add(1);
         self.taken_unread = 0;
-        // Asked each scan: the HTTP server raises the limit after this source is made.
-        self.held_budget = held_stat_budget(self.held_cap);
+        self.held_budget =
+            budget::held_stat_budget(self.file_limit.at(Instant::now()), self.held_cap);
         self.reads = self.scan_reads(forks, uptime);
         let mut processes = Vec::with_capacity(self.last_count + self.last_count / 8 + 16);
         let discovery = self.discovery(forks, last_pid);
@@ -768,15 +772,6 @@ impl ProcfsSource {
         self.known_pids = pids;
         self.pid_name = name;
         complete
-    }
-}
-
-/// `cap`, or fewer under a small open-file limit: an eighth of it at most for each of `stat`
-/// and `schedstat`, the rest being for connections, meters and model files.
-fn held_stat_budget(cap: usize) -> usize {
-    match crate::bounded::open_file_limit() {
-        Ok(limit) => usize::try_from(limit / 8).unwrap_or(usize::MAX).min(cap),
-        Err(_) => 0,
     }
 }
 
