@@ -268,6 +268,9 @@ pub(crate) struct Reconciler {
     gc_cursor: u32,
     /// Snapshots over which that collection checks every idle entry once ([`gc::gc_every`]).
     gc_every: usize,
+    /// Idle entries counted since its last check, short of `gc_every`: a check is due for each
+    /// `gc_every` of them.
+    gc_owed: usize,
     /// Snapshots merged so far (failed ones are not: they saw nothing).
     steps: u64,
     /// Scratch space of a step, kept allocated: the idle tgids the collection of gone
@@ -296,6 +299,7 @@ impl Reconciler {
             pending_lost: 0,
             gc_cursor: 0,
             gc_every: gc::GC_EVERY,
+            gc_owed: 0,
             steps: 0,
             idle: Vec::new(),
             marked: Vec::new(),

@@ -93,7 +93,14 @@ impl Reconciler {
         if self.iterator {
             idle.clear();
         }
-        let budget = idle.len().div_ceil(self.gc_every).min(GC_BATCH);
+        // One check per `gc_every` idle entries counted over snapshots, so each is checked about
+        // once a round even when there are fewer of them than snapshots in it: rounded up per
+        // snapshot, a few idle entries at 1 s were each checked every few seconds. What a
+        // capped batch leaves is not carried over: the round takes longer instead.
+        let owed = self.gc_owed + idle.len();
+        let every = self.gc_every.max(1);
+        let budget = (owed / every).min(GC_BATCH);
+        self.gc_owed = owed % every;
         let picked = round_robin(&mut idle, &mut self.gc_cursor, budget);
         let used = idle.len();
         super::trim_vec(&mut idle, used);
