@@ -5,19 +5,20 @@
 # test). Each agent attaches its own BPF programs; their in-kernel time is not counted here.
 # Root (eBPF).
 #   bash bench/churn_ab.sh BIN_A BIN_B [KIND] [N] [INTERVAL] [ROUNDS]
-# KIND N is a load of bench/overhead/load.py: churn 1000 (default: 1,000 spawns/s) or
-# wakers 1000 (1,000 processes waking every second). Each round starts both agents afresh,
-# in alternating order (the one started first measured up to ~5 % lower at idle, 2026-12-07),
-# warms up 12 s and measures 25 s (see WARMUP below). SCRAPE=S scrapes each agent every S
-# seconds (staggered), as Prometheus would; the table then splits each agent's CPU between its
-# sampler thread (snapshots and attribution) and the others (HTTP: encoding and sending). The
-# scraper is one Python process that starts none: a fork would make the procfs source list
-# /proc again. CONFIG=FILE passes --config.file FILE to both (`ebpf: {enabled: false}` for the
-# procfs source); CONFIG_A=FILE and CONFIG_B=FILE give each build a configuration of its own
-# instead, so that one build run twice weighs what a setting costs. LOAD_CGROUP=1 runs the load
-# in a cgroup2 cgroup of its own, as a container's processes would run (the default: this
-# script's cgroup). WARMUP=S and WINDOW=S change the warm-up (12 s) and the measured window
-# (25 s), for what an agent does differently once it has run a while.
+# KIND N is a load of bench/overhead/load.py: churn 1000 (default: 1,000 spawns/s) or wakers
+# 1000 (1,000 processes waking every second). Each round starts both agents afresh, in
+# alternating order (with the procfs source at idle the one started first measured 2–7 % lower
+# in each of 8 rounds, 2026-12-07), warms up 12 s and measures 25 s (see WARMUP below).
+# SCRAPE=S scrapes each agent every S seconds (staggered), as Prometheus would; the table then
+# splits each agent's CPU between its sampler thread (snapshots and attribution) and the others
+# (HTTP: encoding and sending). The scraper is one Python process that starts none: a fork
+# would make the procfs source list /proc again. CONFIG=FILE passes --config.file FILE to both
+# (`ebpf: {enabled: false}` for the procfs source); CONFIG_A=FILE and CONFIG_B=FILE give each
+# build a configuration of its own instead, so that one build run twice weighs what a setting
+# costs. LOAD_CGROUP=1 runs the load in a cgroup2 cgroup of its own, as a container's processes
+# would run (the default: this script's cgroup). WARMUP=S and WINDOW=S set the warm-up and the
+# measured window, in seconds (12 and 25 by default), for what an agent does differently once
+# it has run a while.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 a=$1 b=$2 kind=${3:-churn} n=${4:-1000} interval=${5:-5s} rounds=${6:-3}
