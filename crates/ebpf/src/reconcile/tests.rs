@@ -597,7 +597,11 @@ fn a_few_idle_entries_are_checked_once_a_round() {
     for _ in 0..2 * 60 {
         rec.step(&mut host, &mut seen.clone());
     }
-    assert_eq!(host.checked, [1, 2, 3, 1, 2, 3], "each twice in two minutes");
+    assert_eq!(
+        host.checked,
+        [1, 2, 3, 1, 2, 3],
+        "each twice in two minutes"
+    );
 }
 
 /// The round spans about a minute whatever the interval: at 1 s each idle entry is checked
