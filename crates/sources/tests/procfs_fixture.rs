@@ -423,6 +423,15 @@ fn reader_describes_processes_as_the_source_does() {
     ));
 }
 
+/// Rewrites the `stat` at `path`: its state and `num_threads`.
+fn set_state(path: &Path, state: &str, threads: u32) {
+    let line = fs::read_to_string(path)
+        .unwrap()
+        .replacen(") S ", &format!(") {state} "), 1)
+        .replacen(" 20 0 1 0 ", &format!(" 20 0 {threads} 0 "), 1);
+    fs::write(path, line).unwrap();
+}
+
 #[test]
 fn an_ended_main_thread_is_described_without_exe_or_cmdline() {
     let dir = tempfile::tempdir().unwrap();
@@ -459,10 +468,7 @@ fn an_ended_main_thread_is_described_without_exe_or_cmdline() {
     // The same process as a zombie: the kernel shows neither (`procfs_real` checks that), so
     // neither is read, whatever this tree holds; its cgroup still is.
     let stat = root.join("60/stat");
-    let line = fs::read_to_string(&stat)
-        .unwrap()
-        .replacen(") S ", ") Z ", 1);
-    fs::write(&stat, line).unwrap();
+    set_state(&stat, "Z", 1);
     let zombie = reader.describe(60).unwrap();
     assert_eq!(zombie.key, alive.key);
     assert_eq!(zombie.info.exe, "");
@@ -473,20 +479,9 @@ fn an_ended_main_thread_is_described_without_exe_or_cmdline() {
     let snap = source.snapshot().unwrap();
     assert_eq!(*find(&snap, 60).unwrap().info, zombie.info);
     // An ended main thread with other threads left (`num_threads` 3): the group goes on.
-    let line = fs::read_to_string(&stat)
-        .unwrap()
-        .replacen(" 20 0 1 0 ", " 20 0 3 0 ", 1);
-    fs::write(&stat, line).unwrap();
+    write_process(root, &churned);
+    set_state(&stat, "Z", 3);
     assert!(!reader.describe(60).unwrap().group_ending);
-}
-
-/// Rewrites the `stat` at `path`: its state and `num_threads`.
-fn set_state(path: &Path, state: &str, threads: u32) {
-    let line = fs::read_to_string(path)
-        .unwrap()
-        .replacen(") S ", &format!(") {state} "), 1)
-        .replacen(" 20 0 1 0 ", &format!(" 20 0 {threads} 0 "), 1);
-    fs::write(path, line).unwrap();
 }
 
 /// A process whose main thread ended while another thread runs on: the kernel shows the main

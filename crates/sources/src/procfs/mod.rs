@@ -160,6 +160,7 @@ pub struct ProcfsSource {
     /// `held_cap`.
     held_budget: usize,
     held_cap: usize,
+    /// The open-file limit the budget is a share of, asked for now and then.
     file_limit: budget::FileLimit,
     /// The node's fork count read before the last scan that found every process (a listing of
     /// the tree that read every process it named, or a probe of the pids given out: see

@@ -490,6 +490,7 @@ impl ProcfsReader {
             dir.push(pid_name);
             dir.push("/task/");
             dir.push(&tid);
+            // A thread's own `stat`: what it calls the main thread's leaving is this thread's.
             if self
                 .read_stat(&dir)
                 .is_some_and(|stat| !stat.leader_leaving())
