@@ -1,17 +1,22 @@
 #!/usr/bin/env bash
 # What a sched_switch program costs before it does any work: kepler_switch and kepler_exit side by
-# side with three reference programs that do less (bench/ebpf_floor/floor.bpf.c):
+# side with reference programs that do less (bench/ebpf_floor/floor.bpf.c):
 #   empty        returns at once: the attachment and bpf_stats' own clock reads;
 #   bookkeeping  + the per-CPU switch state (one per-CPU array value and the clock);
 #   hash         + one hash lookup by tgid and two atomic adds: per-process accounting's least;
+#   hash_noprealloc  the same, the hash map's entries made as they are needed;
+#   array        the same with an array indexed by tgid for the hash map: a slot per process;
 #   kepler       kepler_switch from the committed crates/ebpf/bpf/kepler.bpf.o;
+#   kepler_old   kepler_switch from the object OLD_OBJECT names (an earlier build's, to compare);
 #   kepler_exit  the program that replaces it with task iterator accounting (final switches only).
-# Each is loaded alone, in turn, ROUNDS times per scenario (so that a noisy neighbour hits all
-# five alike), and its ns per call read from the kernel's BPF statistics. Scenarios: idle, 1,000
+# Each is loaded alone, in turn, ROUNDS times per scenario (so that a noisy neighbour hits them
+# alike), and its ns per call read from the kernel's BPF statistics. Scenarios: idle, 1,000
 # processes waking once a second, 100 and 1,000 spawns per second (bench/overhead/load.py), a
 # switch storm (stress-ng --switch 2). Needs root, clang, gcc, libbpf-dev, bpftool, jq, stress-ng.
 #   bench/ebpf_floor.sh [SECONDS PER MEASUREMENT] [ROUNDS]   (default 5 and 5)
-# SCENARIOS="idle wake1k churn1k storm" (the default; churn100 too) picks some.
+# SCENARIOS="idle wake1k churn1k storm" (the default; churn100 too) picks some, and
+# PROGRAMS="empty bookkeeping hash kepler kepler_exit" (the default; hash_noprealloc, array and
+# kepler_old too) picks programs. WARM=S waits S seconds after each load before measuring.
 set -euo pipefail
 secs=${1:-5}
 rounds=${2:-5}
@@ -21,19 +26,22 @@ source bench/lib.sh
 need_root_and clang gcc bpftool jq stress-ng python3
 
 arch=$(uname -m | sed -e 's/x86_64/x86/' -e 's/aarch64/arm64/')
-for level in 0 1 2; do
+for level in 0 1 2 3 4; do
   clang -O2 -g -target bpf -D__TARGET_ARCH_"$arch" -DFLOOR_LEVEL="$level" \
     -I/usr/include/"$(uname -m)"-linux-gnu -Wall -Werror \
     -c bench/ebpf_floor/floor.bpf.c -o "$tmp/floor$level.o"
 done
 gcc -O2 -Wall bench/ebpf_floor/load.c -o "$tmp/load" -lbpf
-programs=(empty bookkeeping hash kepler kepler_exit)
+read -r -a programs <<<"${PROGRAMS:-empty bookkeeping hash kepler kepler_exit}"
 object_of() {
   case $1 in
   empty) echo "$tmp/floor0.o" ;;
   bookkeeping) echo "$tmp/floor1.o" ;;
   hash) echo "$tmp/floor2.o" ;;
+  hash_noprealloc) echo "$tmp/floor3.o" ;;
+  array) echo "$tmp/floor4.o" ;;
   kepler | kepler_exit) echo crates/ebpf/bpf/kepler.bpf.o ;;
+  kepler_old) echo "${OLD_OBJECT:?kepler_old needs OLD_OBJECT}" ;;
   esac
 }
 
@@ -74,7 +82,7 @@ measure() {
   rm -f "$log"
   local only=
   case $1 in
-  kepler) only=kepler_switch ;;
+  kepler | kepler_old) only=kepler_switch ;;
   kepler_exit) only=kepler_exit ;;
   esac
   # shellcheck disable=SC2086 # no PROGRAM argument for the reference objects
@@ -90,6 +98,9 @@ measure() {
   fi
   # A storm starts once the program is in: under one, loading is starved for minutes.
   [ "$scenario" = storm ] && start_load storm
+  # WARM=S: S seconds before the measurement, for what a program does once per process
+  # (kepler_switch gives each process a slot at its first switch) to be done by then.
+  sleep "${WARM:-0}"
   a=$(sample "$holder")
   sleep "$secs"
   b=$(sample "$holder")
@@ -121,8 +132,8 @@ start_load() { # scenario
 # Median, minimum and maximum of the numbers on stdin.
 stats() { sort -n | awk '{v[NR] = $1} END {printf "%d (%d–%d)", v[int((NR + 1) / 2)], v[1], v[NR]}'; }
 
-printf '| %-44s | %-11s | %8s | %-20s |\n' scenario program calls/s "ns/call median (range)"
-printf '|%s|%s|%s|%s|\n' ---------------------------------------------- ------------- ---------- ----------------------
+printf '| %-44s | %-15s | %8s | %-20s |\n' scenario program calls/s "ns/call median (range)"
+printf '|%s|%s|%s|%s|\n' ---------------------------------------------- ----------------- ---------- ----------------------
 for scenario in ${SCENARIOS:-idle wake1k churn1k storm}; do
   case $scenario in
   idle) label="idle" ;;
@@ -144,7 +155,7 @@ for scenario in ${SCENARIOS:-idle wake1k churn1k storm}; do
   stop_load
   for p in "${programs[@]}"; do
     [ -s "$tmp/$p.ns" ] || continue
-    printf '| %-44s | %-11s | %8s | %-20s |\n' "$label" "$p" \
+    printf '| %-44s | %-15s | %8s | %-20s |\n' "$label" "$p" \
       "$(sort -n "$tmp/$p.calls" | awk '{v[NR] = $1} END {print v[int((NR + 1) / 2)]}')" \
       "$(stats <"$tmp/$p.ns")"
   done

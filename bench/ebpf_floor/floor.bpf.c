@@ -5,7 +5,13 @@
  *   FLOOR_LEVEL 0: returns at once (the trampoline and bpf_stats' own clock reads);
  *   FLOOR_LEVEL 1: + the per-CPU switch bookkeeping (one per-CPU array value, the clock);
  *   FLOOR_LEVEL 2: + one hash lookup by tgid and two atomic adds on the entry, which is what
- *                  per-process accounting needs at the least.
+ *                  per-process accounting needs at the least;
+ *   FLOOR_LEVEL 3: level 2 with the hash map's entries allocated as they are made
+ *                  (BPF_F_NO_PREALLOC: from the kernel's slab, not one block made at load);
+ *   FLOOR_LEVEL 4: level 2 with an array indexed by tgid in place of the hash map: one line
+ *                  found by arithmetic, no hash, no bucket. It holds tgids below its size
+ *                  only, so it is a reference for what a table with a slot per process would
+ *                  cost a switch, not a way to account (pid_max is 4,194,304 on most hosts).
  */
 #include "../../crates/ebpf/bpf/kernel_types.h"
 #include <linux/bpf.h>
@@ -36,12 +42,24 @@ struct {
 	__type(value, struct per_cpu);
 } floor_cpu SEC(".maps");
 
+#if FLOOR_LEVEL == 4
 struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(max_entries, 16384);
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 32768); /* the kernel's default pid_max */
 	__type(key, __u32);
 	__type(value, struct totals);
 } floor_tasks SEC(".maps");
+#else
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 16384);
+#if FLOOR_LEVEL == 3
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+#endif
+	__type(key, __u32);
+	__type(value, struct totals);
+} floor_tasks SEC(".maps");
+#endif
 
 SEC("tp_btf/sched_switch")
 int BPF_PROG(floor_switch, bool preempt, struct task_struct *prev, struct task_struct *next)
@@ -66,6 +84,10 @@ int BPF_PROG(floor_switch, bool preempt, struct task_struct *prev, struct task_s
 
 	if (!t) {
 		struct totals fresh = {};
+
+		/* An array has every slot already; a tgid past its end is not counted. */
+		if (FLOOR_LEVEL == 4)
+			return 0;
 
 		bpf_map_update_elem(&floor_tasks, &tgid, &fresh, BPF_NOEXIST);
 		return 0;

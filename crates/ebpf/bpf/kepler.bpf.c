@@ -11,6 +11,13 @@
  * Optional programs (softirq, page cache) add event counts to the same entries, and hardware
  * counters are read at each switch when the loader opened them.
  *
+ * A switch charges the leaving group's slot in `slots` rather than its entry in `tasks` once the
+ * group holds one: an array element found by arithmetic (tgid modulo the array's size), where
+ * the hash map's lookup walks a bucket to an entry, two cold lines a call at ordinary switch
+ * rates. A group's reading is its entry plus its slot: user space adds the two, the exit record
+ * carries both. Groups whose slot another group holds, and every switch that is not the plain
+ * case (a final switch, a cgroup refresh), go through the entry as before.
+ *
  * Iterator accounting replaces the per-switch accounting when nothing needs it (no hardware
  * counter, softirq or page-cache count is read): user space runs the task iterator once per
  * snapshot, which writes into each entry what the scheduler counted for the group's live
@@ -42,6 +49,8 @@ char LICENSE[] SEC("license") = "GPL";
 
 /* Set by the loader before load; the verifier then drops the hardware-counter code when off. */
 const volatile __u8 hw_counters = 0;
+/* The size of `slots` less one (a power of two less one), set by the loader; 0: no slots. */
+const volatile __u32 slot_mask = 0;
 
 struct task_totals {
 	__u64 start_ns; /* group leader's start_boottime: tells reused tgids apart */
@@ -86,6 +95,26 @@ struct pass_slot {
 	__u64 sig_ns;
 	__u64 sig_switches;
 };
+
+/*
+ * Per-switch accounting: what a group's switches charged since it took this slot of `slots`
+ * (slot tgid modulo the array's size). `owner` is the group's tgid (with `start_ns`, its
+ * identity), SLOT_FREE when the slot holds nothing, SLOT_BUSY while a CPU takes or empties it;
+ * a CPU that finds it busy charges the group's entry instead. One cache line.
+ */
+struct slot {
+	__u64 owner;
+	__u64 start_ns;
+	__u64 cpu_ns;
+	__u64 switches;
+	__u64 cycles;
+	__u64 instructions;
+	__u64 cache_misses;
+	__u64 _pad;
+};
+
+#define SLOT_FREE 0
+#define SLOT_BUSY (~0ULL)
 
 /* Which pass the slots of `pass_out` hold, and how many it gave. */
 struct pass_fill {
@@ -157,6 +186,15 @@ struct {
 	__type(key, __u32);
 	__type(value, struct pass_slot);
 } pass_out SEC(".maps");
+
+/* Mapped by user space, which reads a group's slot where it read the group's entry. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 16384); /* the loader sets the size of `tasks`, rounded up to a power of 2 */
+	__uint(map_flags, BPF_F_MMAPABLE);
+	__type(key, __u32);
+	__type(value, struct slot);
+} slots SEC(".maps");
 
 /* Mapped by user space, which reads it every snapshot without a syscall, as it does kstats. */
 struct {
@@ -236,18 +274,144 @@ static __always_inline __u64 cpu_cgroup_id(struct task_struct *task)
 	return BPF_CORE_READ(css, cgroup, kn, id);
 }
 
+/* The slot of `slots` that tgid maps to; NULL when slots are off. */
+static __always_inline struct slot *slot_of(__u32 tgid)
+{
+	if (!slot_mask)
+		return NULL;
+	__u32 i = tgid & slot_mask;
+
+	return bpf_map_lookup_elem(&slots, &i);
+}
+
+/* What a slot charged, taken out of it. */
+struct slot_sum {
+	__u64 cpu_ns;
+	__u64 switches;
+	__u64 cycles;
+	__u64 instructions;
+	__u64 cache_misses;
+};
+
+/*
+ * Empties the slot of group (tgid, start), if it holds one, into `out`. The slot is marked busy
+ * before it is read and freed after, and the caller adds `out` to the group's totals only after
+ * that: user space, which reads a group's entry before its slot, then sees the slot's time in
+ * one of the two, or for one snapshot in neither (a reading may fall short, never count twice).
+ */
+static __always_inline bool take_slot(__u32 tgid, __u64 start, struct slot_sum *out)
+{
+	struct slot *s = slot_of(tgid);
+
+	if (!s || s->owner != tgid || s->start_ns != start)
+		return false;
+	if (__sync_val_compare_and_swap(&s->owner, (__u64)tgid, SLOT_BUSY) != tgid)
+		return false;
+	/* Emptied and taken again by a later group of the same tgid between the check and here. */
+	if (s->start_ns != start) {
+		__sync_lock_test_and_set(&s->owner, (__u64)tgid);
+		return false;
+	}
+	out->cpu_ns = s->cpu_ns;
+	out->switches = s->switches;
+	out->cycles = s->cycles;
+	out->instructions = s->instructions;
+	out->cache_misses = s->cache_misses;
+	__sync_lock_test_and_set(&s->owner, SLOT_FREE);
+	return true;
+}
+
+/*
+ * Gives group (tgid, start) tgid's slot when it is free, or held by a group that has no entry
+ * any more (its entry was collected by user space). A group that finds the slot held by a live
+ * group keeps charging its entry.
+ */
+static __always_inline void occupy_slot(__u32 tgid, __u64 start)
+{
+	struct slot *s = slot_of(tgid);
+
+	if (!s)
+		return;
+	__u64 holder = s->owner;
+
+	if (holder == SLOT_BUSY || (holder == tgid && s->start_ns == start))
+		return;
+	if (holder != SLOT_FREE) {
+		__u32 key = (__u32)holder;
+		struct task_totals *h = bpf_map_lookup_elem(&tasks, &key);
+
+		if (h && h->start_ns == s->start_ns)
+			return;
+	}
+	if (__sync_val_compare_and_swap(&s->owner, holder, SLOT_BUSY) != holder)
+		return;
+	s->start_ns = start;
+	s->cpu_ns = 0;
+	s->switches = 0;
+	s->cycles = 0;
+	s->instructions = 0;
+	s->cache_misses = 0;
+	__sync_lock_test_and_set(&s->owner, (__u64)tgid);
+}
+
+/*
+ * Charges a switch to the leaving group's slot; false when the group holds none. The group's
+ * entry is looked up only to refresh its cgroup, every CGROUP_EVERY switches.
+ */
+static __always_inline bool charge_slot(__u32 tgid, __u64 start, __u64 ran_ns, __u64 cycles,
+					__u64 instructions, __u64 misses)
+{
+	struct slot *s = slot_of(tgid);
+
+	if (!s || s->owner != tgid || s->start_ns != start)
+		return false;
+	__u64 seen = s->switches;
+
+	__sync_fetch_and_add(&s->cpu_ns, ran_ns);
+	__sync_fetch_and_add(&s->switches, 1);
+	if (hw_counters) {
+		__sync_fetch_and_add(&s->cycles, cycles);
+		__sync_fetch_and_add(&s->instructions, instructions);
+		__sync_fetch_and_add(&s->cache_misses, misses);
+	}
+	if ((seen % CGROUP_EVERY) == 0) {
+		struct task_totals *t = bpf_map_lookup_elem(&tasks, &tgid);
+
+		if (t && t->start_ns == start)
+			t->cgroup_id = bpf_get_current_cgroup_id();
+	}
+	return true;
+}
+
+static __always_inline void add_sum(struct task_totals *t, const struct slot_sum *sum)
+{
+	__sync_fetch_and_add(&t->cpu_ns, sum->cpu_ns);
+	__sync_fetch_and_add(&t->switches, sum->switches);
+	__sync_fetch_and_add(&t->cycles, sum->cycles);
+	__sync_fetch_and_add(&t->instructions, sum->instructions);
+	__sync_fetch_and_add(&t->cache_misses, sum->cache_misses);
+}
+
 /*
  * Hands an entry's totals to user space and removes it. The delete decides which CPU moves an
  * entry when two threads of a dying group race here: the loser discards its copy. With the ring
  * full, an exited group's entry (`task` set) stays in the map marked exited, for user space to
  * collect; a stale entry in the way of a reused tgid (`task` NULL) has to go, and is lost.
+ * With `slots` (per-switch accounting) the group's slot goes with its entry: into the record,
+ * taken only by the CPU whose delete won, or into the entry left marked exited.
  */
-static __always_inline void move_to_exits(__u32 tgid, struct task_totals *t, struct task_struct *task)
+static __always_inline void move_to_exits(__u32 tgid, struct task_totals *t, struct task_struct *task,
+					  bool slots)
 {
 	struct exit_record *r = bpf_ringbuf_reserve(&exits, sizeof(*r), 0);
+	struct slot_sum sum = {};
 
 	if (!r) {
+		bool had = slots && take_slot(tgid, t->start_ns, &sum);
+
 		if (task) {
+			if (had)
+				add_sum(t, &sum);
 			/* Racing CPUs all set the same bit, and nothing else writes flags. */
 			t->flags |= FLAG_EXITED;
 			kstat_inc(KSTAT_EXITS_DEFERRED);
@@ -268,16 +432,23 @@ static __always_inline void move_to_exits(__u32 tgid, struct task_totals *t, str
 		bpf_ringbuf_discard(r, BPF_RB_NO_WAKEUP);
 		return;
 	}
+	if (slots && take_slot(tgid, r->totals.start_ns, &sum)) {
+		r->totals.cpu_ns += sum.cpu_ns;
+		r->totals.switches += sum.switches;
+		r->totals.cycles += sum.cycles;
+		r->totals.instructions += sum.instructions;
+		r->totals.cache_misses += sum.cache_misses;
+	}
 	/* User space polls every tick: skip the wake-up and its irq_work. */
 	bpf_ringbuf_submit(r, BPF_RB_NO_WAKEUP);
 }
 
 /*
  * The entry of `task`'s group (leader started at `start`), created on first sight; NULL when
- * the map is full.
+ * the map is full. `slots`: per-switch accounting, whose groups may hold a slot.
  */
 static __always_inline struct task_totals *task_entry(struct task_struct *task, __u32 tgid,
-						      __u64 start)
+						      __u64 start, bool slots)
 {
 	struct task_totals *t = bpf_map_lookup_elem(&tasks, &tgid);
 
@@ -286,7 +457,7 @@ static __always_inline struct task_totals *task_entry(struct task_struct *task, 
 			return t;
 		/* The old group's exit was never seen (lost race): report it rather than merge. */
 		kstat_inc(KSTAT_TGID_REUSED);
-		move_to_exits(tgid, t, NULL);
+		move_to_exits(tgid, t, NULL, slots);
 	}
 	struct task_totals fresh = {};
 
@@ -350,7 +521,7 @@ static __noinline int thread_ended(struct task_struct *prev)
 	if (prev->signal->live.counter == 0 && !bpf_map_lookup_elem(&tasks, &tgid) &&
 	    exit_unmet(prev, tgid, start))
 		return 0;
-	struct task_totals *t = task_entry(prev, tgid, start);
+	struct task_totals *t = task_entry(prev, tgid, start, false);
 
 	if (!t)
 		return 0;
@@ -362,7 +533,65 @@ static __noinline int thread_ended(struct task_struct *prev)
 	t->cpu_ns = t->dead_ns;
 	t->switches = t->dead_switches;
 	t->cgroup_id = bpf_get_current_cgroup_id();
-	move_to_exits(tgid, t, prev);
+	move_to_exits(tgid, t, prev, false);
+	return 0;
+}
+
+/* What a switch charges the group leaving the CPU, for charge_entry. */
+struct charge {
+	__u64 start_ns;
+	__u64 ran_ns;
+	__u64 cycles;
+	__u64 instructions;
+	__u64 cache_misses;
+	__u32 dead; /* the task's final switch */
+	__u32 _pad;
+};
+
+/*
+ * A switch the leaving group's slot does not take: the group holds none (its first switch,
+ * or another group holds its slot), or the task is ending. A function of its own, like
+ * thread_ended: kepler_switch's own code is then only what a switch charged to a slot runs.
+ */
+static __noinline int charge_entry(struct task_struct *prev, struct charge *c)
+{
+	__u32 tgid = prev->tgid;
+
+	if (tgid == 0)
+		return 0;
+	struct task_totals *t = task_entry(prev, tgid, c->start_ns, true);
+
+	if (!t)
+		return 0;
+	/* A plain read is enough here: it only picks the switches that refresh the cgroup. */
+	__u64 seen = t->switches;
+
+	__sync_fetch_and_add(&t->cpu_ns, c->ran_ns);
+	__sync_fetch_and_add(&t->switches, 1);
+	if (hw_counters) {
+		__sync_fetch_and_add(&t->cycles, c->cycles);
+		__sync_fetch_and_add(&t->instructions, c->instructions);
+		__sync_fetch_and_add(&t->cache_misses, c->cache_misses);
+	}
+	/*
+	 * The group's end is its last thread's final switch, after sched_process_exit: moving the
+	 * totals there keeps the exit path's own CPU time (closing files, notifying the parent).
+	 */
+	bool group_done = c->dead && prev->signal->live.counter == 0;
+
+	/*
+	 * The cgroup (still prev's: current is prev until the switch) is read on the group's
+	 * first switch, every CGROUP_EVERY switches after, and at its end. Reading it on every
+	 * switch cost ~30 ns of the ~250; a process moved to another cgroup is seen within a few
+	 * switches, and an exited one always carries its final cgroup.
+	 */
+	if ((seen % CGROUP_EVERY) == 0 || group_done)
+		t->cgroup_id = bpf_get_current_cgroup_id();
+	if (group_done)
+		move_to_exits(tgid, t, prev, true);
+	else if (!c->dead && (seen % CGROUP_EVERY) == 0)
+		/* On the group's first switch, and now and then after while another holds the slot. */
+		occupy_slot(tgid, c->start_ns);
 	return 0;
 }
 
@@ -406,37 +635,21 @@ int BPF_PROG(kepler_switch, bool preempt, struct task_struct *prev, struct task_
 	/* tgid 0 is the idle task; last_ns 0 means this CPU's first switch since load. */
 	if (tgid == 0 || last == 0)
 		return 0;
-	struct task_totals *t = task_entry(prev, tgid, prev_start);
+	/* A final switch may end the group: that is the entry's work. */
+	bool dead = prev_state == TASK_DEAD;
 
-	if (!t)
+	if (!dead && charge_slot(tgid, prev_start, now - last, cycles, instructions, misses))
 		return 0;
-	/* A plain read is enough here: it only picks the switches that refresh the cgroup. */
-	__u64 seen = t->switches;
+	struct charge c = {
+		.start_ns = prev_start,
+		.ran_ns = now - last,
+		.cycles = cycles,
+		.instructions = instructions,
+		.cache_misses = misses,
+		.dead = dead,
+	};
 
-	__sync_fetch_and_add(&t->cpu_ns, now - last);
-	__sync_fetch_and_add(&t->switches, 1);
-	if (hw_counters) {
-		__sync_fetch_and_add(&t->cycles, cycles);
-		__sync_fetch_and_add(&t->instructions, instructions);
-		__sync_fetch_and_add(&t->cache_misses, misses);
-	}
-	/*
-	 * The group's end is its last thread's final switch, after sched_process_exit: moving the
-	 * totals there keeps the exit path's own CPU time (closing files, notifying the parent).
-	 */
-	bool group_done = prev_state == TASK_DEAD && prev->signal->live.counter == 0;
-
-	/*
-	 * The cgroup (still prev's: current is prev until the switch) is read on the group's
-	 * first switch, every CGROUP_EVERY switches after, and at its end. Reading it on every
-	 * switch cost ~30 ns of the ~250; a process moved to another cgroup is seen within a few
-	 * switches, and an exited one always carries its final cgroup.
-	 */
-	if ((seen % CGROUP_EVERY) == 0 || group_done)
-		t->cgroup_id = bpf_get_current_cgroup_id();
-	if (group_done)
-		move_to_exits(tgid, t, prev);
-	return 0;
+	return charge_entry(prev, &c);
 }
 
 /*
@@ -565,7 +778,7 @@ int kepler_iter(struct bpf_iter__task *ctx)
 
 	if (tgid == 0 || task->exit_state != 0)
 		return 0;
-	struct task_totals *t = task_entry(task, tgid, task->group_leader->start_boottime);
+	struct task_totals *t = task_entry(task, tgid, task->group_leader->start_boottime, false);
 
 	if (!t)
 		return 0;

@@ -172,6 +172,41 @@ pub(crate) struct CpuState {
 // SAFETY: plain integers, `repr(C)`, no implicit padding.
 unsafe impl aya::Pod for CpuState {}
 
+/// What a group's switches charged to its slot of the `slots` array since it took the slot
+/// (`struct slot`), with per-switch accounting. The group's reading is its process-map entry
+/// plus this.
+#[repr(C)]
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
+pub(crate) struct Slot {
+    /// The tgid of the group holding the slot; [`Slot::FREE`] or [`Slot::BUSY`] otherwise.
+    pub owner: u64,
+    /// The holder's group leader's `start_boottime`: with `owner`, which group it is.
+    pub start_ns: u64,
+    pub cpu_ns: u64,
+    pub switches: u64,
+    pub cycles: u64,
+    pub instructions: u64,
+    pub cache_misses: u64,
+    pub _pad: u64,
+}
+
+// SAFETY: plain integers, `repr(C)`, no implicit padding.
+unsafe impl aya::Pod for Slot {}
+
+impl Slot {
+    /// Held by no group.
+    #[cfg(test)]
+    pub(crate) const FREE: u64 = 0;
+    /// Being taken or emptied by a CPU.
+    #[cfg(test)]
+    pub(crate) const BUSY: u64 = u64::MAX;
+
+    /// Whether the slot is group (`tgid`, `start_ns`)'s.
+    pub(crate) fn holds(&self, tgid: u32, start_ns: u64) -> bool {
+        self.owner == u64::from(tgid) && self.start_ns == start_ns
+    }
+}
+
 /// Indices of the `kstats` array.
 pub(crate) mod kstat {
     pub const TASKS_FULL: u32 = 0;
@@ -199,12 +234,15 @@ pub(crate) mod names {
     pub const HW_INSTR: &str = "hw_instr";
     pub const HW_CMISS: &str = "hw_cmiss";
     pub const HW_GLOBAL: &str = "hw_counters";
+    pub const SLOTS: &str = "slots";
+    pub const SLOT_MASK_GLOBAL: &str = "slot_mask";
 }
 
 const _: () = assert!(std::mem::size_of::<TaskTotals>() == 136);
 const _: () = assert!(std::mem::size_of::<ExitRecord>() == 168);
 const _: () = assert!(std::mem::size_of::<PassSlot>() == 56);
 const _: () = assert!(std::mem::size_of::<CpuState>() == 48);
+const _: () = assert!(std::mem::size_of::<Slot>() == 64);
 
 #[cfg(test)]
 mod tests {

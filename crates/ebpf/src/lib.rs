@@ -49,6 +49,7 @@ mod probes;
 mod proc;
 mod reconcile;
 mod slim_btf;
+mod slots;
 mod source;
 mod task_iter;
 mod unseen;
@@ -149,6 +150,10 @@ pub struct EbpfStats {
     pub exits_deferred: AtomicU64,
     /// Groups in the process map at the last snapshot.
     pub tracked_processes: AtomicU64,
+    /// Groups read with a slot of the `slots` array at the last snapshot (per-switch
+    /// accounting): their switches are charged there rather than to their process-map entry.
+    /// Fewer than those tracked where groups whose tgids meet in a slot charge their entries.
+    pub slotted_processes: AtomicU64,
     /// Whether CPU time is accounted by the task iterator rather than at every switch (see
     /// [`Accounting`]).
     pub task_iterator: AtomicBool,
@@ -178,7 +183,7 @@ impl fmt::Display for EbpfStats {
             f,
             "{} processes tracked; lost: {} new (map full), {} exited (ring full or held too \
              long), {} malformed records; recovered: {} reused tgids, {} gone entries \
-             collected, {} exits deferred (ring full); {} map read errors",
+             collected, {} exits deferred (ring full); {} map read errors; {} read with a slot",
             get(&self.tracked_processes),
             get(&self.tasks_full),
             get(&self.exits_lost),
@@ -187,6 +192,7 @@ impl fmt::Display for EbpfStats {
             get(&self.gc_removed),
             get(&self.exits_deferred),
             get(&self.map_read_errors),
+            get(&self.slotted_processes),
         )
     }
 }

@@ -65,6 +65,15 @@ impl LiveTable {
         tgids.iter().zip(totals)
     }
 
+    /// Calls `f` with each entry, its reading open to change.
+    pub(crate) fn for_each_mut(&mut self, mut f: impl FnMut(u32, &mut TaskTotals)) {
+        let tgids = self.tgids.get(..self.len).unwrap_or_default();
+        let totals = self.totals.get_mut(..self.len).unwrap_or_default();
+        for (tgid, t) in tgids.iter().zip(totals) {
+            f(*tgid, t);
+        }
+    }
+
     pub(crate) fn keys(&self) -> impl Iterator<Item = &u32> {
         self.iter().map(|(tgid, _)| tgid)
     }

@@ -442,14 +442,54 @@ fn load_object(
 ) -> Result<Ebpf, Unavailable> {
     // 'static: the loader keeps the value it is given for as long as it lives.
     let hw_flag: &'static u8 = if hw_counters { &1 } else { &0 };
+    let slots = slot_count(settings.max_processes, pid_max());
+    let slot_mask: &'static u32 = SLOT_MASKS
+        .get(slots.trailing_zeros() as usize)
+        .unwrap_or(&0);
     loader
         .map_max_entries(names::TASKS, settings.max_processes.max(1))
+        .map_max_entries(names::SLOTS, slots)
+        .override_global(names::SLOT_MASK_GLOBAL, slot_mask, true)
         // A slot for every group the process map can hold.
         .map_max_entries(names::PASS_OUT, settings.max_processes.max(1))
         .map_max_entries(names::EXITS, ring_size(settings.exit_buffer_bytes))
         .override_global(names::HW_GLOBAL, hw_flag, true)
         .load(OBJECT)
         .map_err(|e| unavailable("creating maps", &e))
+}
+
+/// `slot_mask` for each size of `slots` (2^i slots: 2^i - 1), given to the loader by reference.
+static SLOT_MASKS: [u32; 32] = {
+    let mut masks = [0u32; 32];
+    let mut i = 0;
+    while i < 32 {
+        masks[i] = (1u32 << i) - 1;
+        i += 1;
+    }
+    masks
+};
+
+/// The most slots `slots` gets: 4 MiB of kernel memory. Past that, groups whose tgids meet in
+/// one slot charge their entries, as any group does without a slot.
+const MAX_SLOTS: u32 = 1 << 16;
+
+/// How many slots `slots` gets: a power of two, one per group the process map holds, no more
+/// than the kernel has pids (no two groups can then meet in a slot) or [`MAX_SLOTS`].
+fn slot_count(max_processes: u32, pid_max: Option<u32>) -> u32 {
+    let wanted = max_processes.min(pid_max.unwrap_or(u32::MAX)).max(1);
+    wanted
+        .checked_next_power_of_two()
+        .unwrap_or(MAX_SLOTS)
+        .min(MAX_SLOTS)
+}
+
+/// `/proc/sys/kernel/pid_max`, the pids the kernel gives out; `None` when unreadable.
+fn pid_max() -> Option<u32> {
+    std::fs::read_to_string("/proc/sys/kernel/pid_max")
+        .ok()?
+        .trim()
+        .parse()
+        .ok()
 }
 
 fn attach_switch(ebpf: &mut Ebpf, btf: &Btf) -> Result<(), Unavailable> {
@@ -609,11 +649,58 @@ mod tests {
         assert_eq!(ring_size(4 << 20), 4 << 20);
     }
 
-    /// The hardware-counter flag the loaded object runs with (its one byte of `.rodata`).
-    fn hw_flag(ebpf: &Attached) -> Option<u8> {
+    /// The loaded object's `.rodata`: the hardware-counter flag (byte 0), then `slot_mask`
+    /// (bytes 4 to 8, `llvm-objdump -t`).
+    fn rodata(ebpf: &Attached) -> Option<[u8; 8]> {
         let map = ebpf.map(".rodata")?;
-        let arr = aya::maps::Array::<&MapData, u8>::try_from(map).ok()?;
+        let arr = aya::maps::Array::<&MapData, [u8; 8]>::try_from(map).ok()?;
         arr.get(&0, 0).ok()
+    }
+
+    /// The hardware-counter flag the loaded object runs with.
+    fn hw_flag(ebpf: &Attached) -> Option<u8> {
+        rodata(ebpf).map(|r| r[0])
+    }
+
+    #[test]
+    fn slots_are_a_power_of_two_no_more_than_pids_or_the_cap() {
+        assert_eq!(slot_count(16_384, Some(4_194_304)), 16_384);
+        assert_eq!(slot_count(16_384, Some(32_768)), 16_384);
+        // No more slots than pids: two groups then never meet in one.
+        assert_eq!(slot_count(100_000, Some(32_768)), 32_768);
+        assert_eq!(slot_count(1_000, None), 1_024);
+        assert_eq!(slot_count(0, None), 1);
+        assert_eq!(slot_count(u32::MAX, None), MAX_SLOTS);
+        assert_eq!(slot_count(1 << 20, Some(4_194_304)), MAX_SLOTS);
+        for (i, mask) in SLOT_MASKS.iter().enumerate() {
+            assert_eq!(u64::from(*mask) + 1, 1u64 << i);
+        }
+    }
+
+    #[test]
+    fn the_slot_mask_fits_the_slots_array() {
+        let test = "the_slot_mask_fits_the_slots_array";
+        if crate::test_support::skip_unless_root(test) {
+            return;
+        }
+        let settings = EbpfSettings {
+            max_processes: 3_000,
+            ..Default::default()
+        };
+        let btf = kernel_btf(&mut Vec::new()).unwrap();
+        let mut loader = EbpfLoader::new();
+        loader.btf(Some(&btf));
+        let object =
+            Attached::from_object(load_object(&mut loader, &settings, false).unwrap(), None);
+        let slots = slot_count(3_000, pid_max());
+        assert!(slots.is_power_of_two() && slots <= 4_096);
+        let Some(Map::Array(data)) = object.map(names::SLOTS) else {
+            panic!("no slots array");
+        };
+        assert_eq!(data.info().unwrap().max_entries(), slots);
+        let r = rodata(&object).unwrap();
+        let mask = u32::from_ne_bytes([r[4], r[5], r[6], r[7]]);
+        assert_eq!(mask, slots - 1);
     }
 
     #[test]
@@ -786,11 +873,15 @@ mod tests {
         };
         assert!(loaded.probes.hw_counters.is_active(), "{}", loaded.probes);
         let me = std::process::id();
+        // The process's entry and its slot: switches charge the slot once it holds one.
+        let slots = crate::mapped::map_array(&loaded.ebpf, names::SLOTS).unwrap();
         let counted = |ebpf: &Attached| {
             let map = ebpf.map(names::TASKS).unwrap();
             let tasks =
                 aya::maps::HashMap::<&MapData, u32, crate::abi::TaskTotals>::try_from(map).unwrap();
-            tasks.get(&me, 0).map_or(0, |t| t.cycles)
+            let mut t = tasks.get(&me, 0).unwrap_or_default();
+            crate::slots::add_slot(me, &mut t, &slots);
+            t.cycles
         };
         // Runs, then sleeps: the switch out charges the clock that ran meanwhile.
         let run = || {

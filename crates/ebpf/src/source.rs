@@ -15,7 +15,7 @@ use kepler_core::{
 use kepler_sources::cgroups::{Counting, UsageCounters};
 use kepler_sources::ProcfsReader;
 
-use crate::abi::{kstat, names, CpuState, ExitRecord, TaskTotals};
+use crate::abi::{kstat, names, CpuState, ExitRecord, Slot, TaskTotals};
 use crate::cgroups::{cgroup2_mount, cgroup_v1_mount, CgroupResolver};
 use crate::exits::ExitPolicy;
 use crate::loader;
@@ -68,6 +68,10 @@ pub struct EbpfSource {
     /// The `kstats` array, mapped: read every snapshot without a syscall. `None` when it
     /// cannot be (each count is then looked up).
     kstats: Option<Mapping<u64>>,
+    /// The `slots` array, mapped: per-switch accounting's groups read as their entry plus
+    /// their slot. A source that cannot map it is not made: it would miss what switches
+    /// charged to slots.
+    slots: Mapping<Slot>,
     /// Snapshot interval, and the node's fork and switch counts and when they were read, at
     /// load: what the choice of accounting weighs.
     interval: Duration,
@@ -182,6 +186,8 @@ struct Io<'a> {
     cpu_cgroups: &'a mut CgroupResolver,
     /// `None` if the map is missing: then nothing is collected.
     tasks: Option<&'a mut Map>,
+    /// With per-switch accounting, the slots an entry read again is added its slot from.
+    slots: Option<&'a Mapping<Slot>>,
     gone_descriptions: &'a mut FastMap<Gone, Arc<ProcessInfo>>,
     /// The host mounts a v1 `cpu` or `cpuacct` hierarchy (see [`Sighting::Ending`]).
     v1_hierarchies: bool,
@@ -209,7 +215,11 @@ impl Host for Io<'_> {
 
     fn entry(&mut self, tgid: u32) -> Option<TaskTotals> {
         let tasks = BpfHashMap::<_, u32, TaskTotals>::try_from(&**self.tasks.as_ref()?).ok()?;
-        tasks.get(&tgid, 0).ok()
+        let mut t = tasks.get(&tgid, 0).ok()?;
+        if let Some(slots) = self.slots {
+            crate::slots::add_slot(tgid, &mut t, slots);
+        }
+        Some(t)
     }
 
     fn delete(&mut self, tgid: u32) -> bool {
@@ -303,6 +313,8 @@ impl EbpfSource {
         let kstats = map_array(&loaded.ebpf, names::KSTATS)
             .inspect_err(|error| tracing::debug!(%error, "kstats looked up, not mapped"))
             .ok();
+        let slots = map_array(&loaded.ebpf, names::SLOTS)
+            .map_err(|e| loader::unavailable("mapping the slots array", &e))?;
         Ok(EbpfSource {
             ebpf: loaded.ebpf,
             exits: loaded.exits,
@@ -328,6 +340,7 @@ impl EbpfSource {
             unseen: Vec::new(),
             pass_reads: None,
             kstats,
+            slots,
             interval: settings.interval,
             loaded_counts,
             drains: drain::Drains::new(loader::ring_size(settings.exit_buffer_bytes)),
@@ -424,6 +437,16 @@ impl EbpfSource {
             &LoadedTasks::new(map, &mut self.tasks_layout),
             &mut self.observed.live,
         );
+        // After the map: see `slots` for why in this order. With the task iterator the slots
+        // hold what switches charged before the turn, which its readings count already.
+        let slotted = if self.accounting == Accounting::Switch {
+            crate::slots::add_slots(&mut self.observed.live, &self.slots)
+        } else {
+            0
+        };
+        self.stats
+            .slotted_processes
+            .store(slotted as u64, Ordering::Relaxed);
         if let Some(error) = report.first_error {
             tracing::warn!(%error, errors = report.errors, "reading the eBPF process map");
             self.stats
@@ -602,6 +625,7 @@ impl UsageSource for EbpfSource {
             cgroups: &mut self.cgroups,
             cpu_cgroups: &mut self.cpu_cgroups,
             tasks,
+            slots: (self.accounting == Accounting::Switch).then_some(&self.slots),
             gone_descriptions: &mut self.gone_descriptions,
             v1_hierarchies: self.v1_hierarchies,
         };
@@ -806,6 +830,7 @@ mod tests {
             cgroups: &mut src.cgroups,
             cpu_cgroups: &mut src.cpu_cgroups,
             tasks: src.ebpf.map_mut(names::TASKS),
+            slots: Some(&src.slots),
             gone_descriptions: &mut src.gone_descriptions,
             v1_hierarchies: src.v1_hierarchies,
         };

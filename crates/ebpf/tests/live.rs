@@ -32,9 +32,10 @@ fn child_entry_point() {
             std::thread::sleep(Duration::from_millis(pause.parse().unwrap()));
             burn_cpu(Duration::from_millis(b.parse().unwrap()));
         }
-        ["burst", n, ms] => fork_burst(
+        ["burst", n, ms, naps] => fork_burst(
             n.parse().unwrap(),
             Duration::from_millis(ms.parse().unwrap()),
+            naps.parse().unwrap(),
         ),
         ["staggered", threads, ms] => staggered(
             threads.parse().unwrap(),
@@ -126,6 +127,14 @@ fn burning_child_with(accounting: Accounting) {
     // runtime (schedstat) closely even if the child has not left its CPU for a while.
     std::thread::sleep(Duration::from_millis(700));
     let live = src.snapshot().unwrap();
+    // Per-switch accounting charges a process that keeps switching to its slot.
+    if accounting == Accounting::Switch {
+        let stats = src.stats();
+        let slotted = stats
+            .slotted_processes
+            .load(std::sync::atomic::Ordering::Relaxed);
+        assert!(slotted > 0, "no process read with a slot: {stats}");
+    }
     // Summed over threads: the harness burns in a test thread, not the main one.
     let runtime = scheduler_runtime(pid);
     let (status, rusage_cpu) = wait_cpu(pid);
@@ -424,19 +433,20 @@ fn each_accounting_in_cgroup2(test: &str, with: fn(&std::path::Path, Accounting)
 }
 
 /// Runs the burst scenario against one source: snapshots every `tick` while a launcher in a
-/// container-like cgroup forks `n` processes of `each` CPU. Returns (attributed to the
-/// container, the cgroup's own usage, exited processes seen in the container).
+/// container-like cgroup forks `n` processes of `each` CPU, burnt in `naps + 1` pieces (see
+/// `fork_burst`). Returns (attributed to the container, the cgroup's own usage, exited
+/// processes seen in the container).
 fn burst_scenario(
     src: &mut dyn UsageSource,
     cgroup: &TestCgroup,
-    n: u32,
+    (n, naps): (u32, u32),
     each: Duration,
     tick: Duration,
 ) -> (Duration, Duration, usize) {
     let exe = std::env::current_exe().unwrap();
     let mut snaps: Vec<UsageSnapshot> = vec![src.snapshot().unwrap()];
     let u0 = cgroup.usage();
-    let mut cmd = child_command(&exe, &format!("burst:{n}:{}", each.as_millis()));
+    let mut cmd = child_command(&exe, &format!("burst:{n}:{}:{naps}", each.as_millis()));
     cgroup.join_on_exec(&mut cmd);
     let mut child = cmd.spawn().unwrap();
     let mut next = Instant::now() + tick;
@@ -488,13 +498,13 @@ fn short_lived_burst_reaches_its_container() {
     for accounting in ACCOUNTINGS {
         let cg = TestCgroup::create_v2(&root, "ebpf").unwrap();
         let mut ebpf = source(classifier.clone(), accounting);
-        let (attributed, used, exited) = burst_scenario(&mut ebpf, &cg, N, each, tick);
+        let (attributed, used, exited) = burst_scenario(&mut ebpf, &cg, (N, 0), each, tick);
         ebpf_runs.push((accounting, attributed, used, exited));
     }
 
     let cg = TestCgroup::create_v2(&root, "procfs").unwrap();
     let mut procfs = kepler_sources::ProcfsSource::new("/proc".into(), classifier).unwrap();
-    let (p_attributed, p_used, _) = burst_scenario(&mut procfs, &cg, N, each, tick);
+    let (p_attributed, p_used, _) = burst_scenario(&mut procfs, &cg, (N, 0), each, tick);
     let procfs_share = p_attributed.as_secs_f64() / p_used.as_secs_f64();
 
     println!(
@@ -529,6 +539,8 @@ fn short_lived_burst_reaches_its_container() {
 /// A burst of exits far larger than the exit ring (one page: ~30 records): what does not fit
 /// stays in the process map, marked, and is collected at the next snapshot, so the container
 /// still gets all of its CPU time, every process is reported exited, and nothing counts as lost.
+/// Each process sleeps three times: with per-switch accounting most of its time is then in its
+/// slot, which the kernel adds to the entry it leaves marked.
 #[test]
 fn exits_beyond_a_full_ring_are_not_lost() {
     each_accounting_in_cgroup2("exits_beyond_a_full_ring_are_not_lost", full_ring_with);
@@ -536,7 +548,7 @@ fn exits_beyond_a_full_ring_are_not_lost() {
 
 fn full_ring_with(root: &std::path::Path, accounting: Accounting) {
     const N: u32 = 300;
-    let each = Duration::from_millis(3);
+    let each = Duration::from_millis(4);
     let tick = Duration::from_secs(5);
     let classifier: Arc<dyn Classifier> = Arc::new(CgroupClassifier::new());
     let settings = EbpfSettings {
@@ -547,7 +559,7 @@ fn full_ring_with(root: &std::path::Path, accounting: Accounting) {
     let mut src = source_with(classifier, settings, accounting);
     let stats = src.stats();
     let cg = TestCgroup::create_v2(root, "ebpf-ring").unwrap();
-    let (attributed, used, exited) = burst_scenario(&mut src, &cg, N, each, tick);
+    let (attributed, used, exited) = burst_scenario(&mut src, &cg, (N, 3), each, tick);
     // One more snapshot collects what the last one found marked.
     src.snapshot().unwrap();
     let share = attributed.as_secs_f64() / used.as_secs_f64();
@@ -602,7 +614,7 @@ fn drained_ring_with(root: &std::path::Path, accounting: Accounting) {
     let mut snaps = vec![src.snapshot().unwrap()];
     assert_eq!(src.drain_every(), None, "no exits yet");
     let u0 = cg.usage();
-    let mut cmd = child_command(&exe, &format!("burst:{N}:{}", each.as_millis()));
+    let mut cmd = child_command(&exe, &format!("burst:{N}:{}:0", each.as_millis()));
     cg.join_on_exec(&mut cmd);
     let mut child = cmd.spawn().unwrap();
     let mut next = Instant::now() + interval;
@@ -688,7 +700,7 @@ fn short_lived_burst_reaches_a_v1_only_container() {
         let cg = TestCgroup::create_v1(&cpu, &cpuacct, "v1").unwrap();
         let mut ebpf = source(Arc::new(CgroupClassifier::new()), accounting);
         let (attributed, used, exited) =
-            burst_scenario(&mut ebpf, &cg, N, each, Duration::from_secs(5));
+            burst_scenario(&mut ebpf, &cg, (N, 0), each, Duration::from_secs(5));
         let share = attributed.as_secs_f64() / used.as_secs_f64();
         println!(
             "{accounting:?}: v1-only container, burst of {N} × {each:?}: eBPF attributed \
@@ -808,7 +820,7 @@ fn run_burst(
     each: Duration,
 ) -> Vec<UsageSnapshot> {
     let exe = std::env::current_exe().unwrap();
-    let mut cmd = child_command(&exe, &format!("burst:{n}:{}", each.as_millis()));
+    let mut cmd = child_command(&exe, &format!("burst:{n}:{}:0", each.as_millis()));
     cgroup.join_on_exec(&mut cmd);
     let mut child = cmd.spawn().unwrap();
     let mut snaps = Vec::new();

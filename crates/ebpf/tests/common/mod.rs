@@ -81,13 +81,19 @@ pub fn staggered(threads: u32, each: Duration) {
     unsafe { libc::_exit(0) };
 }
 
-/// Forks `n` children one after the other, each burning `each` and exiting.
-pub fn fork_burst(n: u32, each: Duration) {
+/// Forks `n` children one after the other, each burning `each` and exiting. With `naps`, a
+/// child burns `each` in `naps + 1` pieces with a 1 ms sleep between two: it leaves its CPU
+/// that many times before its final switch.
+pub fn fork_burst(n: u32, each: Duration, naps: u32) {
     for _ in 0..n {
-        // SAFETY: the child only burns CPU (clock_gettime) and calls _exit.
+        // SAFETY: the child only burns CPU (clock_gettime), sleeps and calls _exit.
         let pid = unsafe { libc::fork() };
         if pid == 0 {
-            burn_cpu(each);
+            for _ in 0..naps {
+                burn_cpu(each / (naps + 1));
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            burn_cpu(each / (naps + 1));
             // SAFETY: leaving the forked child without running the parent's destructors.
             unsafe { libc::_exit(0) };
         }
