@@ -10,8 +10,17 @@
 //! (or to the exit record), and the map read comes before this: a reading can then miss the
 //! slot's part for one snapshot, never count it twice, which is what the reconciler's
 //! largest-reading rule needs.
+//!
+//! A switch charged to a slot does not look at the group's entry, so a group whose entry user
+//! space deletes while it lives (the entries a trial pass of the task iterator left, or a
+//! process /proc wrongly said was gone) would charge its slot unseen from then on. User space
+//! therefore frees the slot of every entry it deletes, after the delete: the group's next
+//! switch finds no slot, makes its entry again and takes a slot anew, counting from then, as a
+//! deleted entry always did.
 
 use std::sync::atomic::{fence, Ordering};
+
+use aya::maps::{Array, Map};
 
 use crate::abi::{Slot, TaskTotals};
 use crate::live_table::LiveTable;
@@ -33,6 +42,38 @@ impl SlotArray for Mapping<Slot> {
     fn read(&self, i: usize) -> Option<Slot> {
         self.get(i)
     }
+}
+
+/// Frees the slot of each group of `tgids` whose entry user space deleted (the slot holding
+/// that tgid, whatever the start: the tgid's entry was that group's). Returns how many.
+pub(crate) fn free_slots_of(map: &mut Map, slots: &impl SlotArray, tgids: &[u32]) -> usize {
+    let len = slots.len();
+    if tgids.is_empty() || !len.is_power_of_two() {
+        return 0;
+    }
+    let held = tgids.iter().filter_map(|&tgid| {
+        let i = usize::try_from(tgid).unwrap_or(usize::MAX) & (len - 1);
+        slots
+            .read(i)
+            .is_some_and(|s| s.owner == u64::from(tgid))
+            .then_some(i)
+    });
+    free(map, held)
+}
+
+/// Frees every slot held, after user space deleted every entry. Returns how many.
+pub(crate) fn free_all_slots(map: &mut Map, slots: &impl SlotArray) -> usize {
+    let held = (0..slots.len()).filter(|&i| slots.read(i).is_some_and(|s| s.owner != 0));
+    free(map, held)
+}
+
+fn free(map: &mut Map, slots: impl Iterator<Item = usize>) -> usize {
+    let Ok(mut array) = Array::<&mut aya::maps::MapData, Slot>::try_from(map) else {
+        return 0;
+    };
+    slots
+        .filter(|&i| u32::try_from(i).is_ok_and(|i| array.set(i, Slot::default(), 0).is_ok()))
+        .count()
 }
 
 /// Adds to each entry of `table` what its group's slot charged; returns how many entries had

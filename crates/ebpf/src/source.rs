@@ -72,6 +72,8 @@ pub struct EbpfSource {
     /// their slot. A source that cannot map it is not made: it would miss what switches
     /// charged to slots.
     slots: Mapping<Slot>,
+    /// The tgids whose entries a snapshot deleted, kept for the next (see `Io::deleted`).
+    deleted: Vec<u32>,
     /// Snapshot interval, and the node's fork and switch counts and when they were read, at
     /// load: what the choice of accounting weighs.
     interval: Duration,
@@ -188,6 +190,9 @@ struct Io<'a> {
     tasks: Option<&'a mut Map>,
     /// With per-switch accounting, the slots an entry read again is added its slot from.
     slots: Option<&'a Mapping<Slot>>,
+    /// The tgids whose entries this snapshot deleted: their slots are freed after it (see
+    /// `slots`).
+    deleted: &'a mut Vec<u32>,
     gone_descriptions: &'a mut FastMap<Gone, Arc<ProcessInfo>>,
     /// The host mounts a v1 `cpu` or `cpuacct` hierarchy (see [`Sighting::Ending`]).
     v1_hierarchies: bool,
@@ -223,14 +228,22 @@ impl Host for Io<'_> {
     }
 
     fn delete(&mut self, tgid: u32) -> bool {
-        self.tasks
+        let deleted = self
+            .tasks
             .as_deref_mut()
-            .is_some_and(|map| delete_entry(map, tgid))
+            .is_some_and(|map| delete_entry(map, tgid));
+        if deleted {
+            self.deleted.push(tgid);
+        }
+        deleted
     }
 
     fn delete_each(&mut self, tgids: &[u32], removed: &mut Vec<u32>) {
         if let Some(map) = self.tasks.as_deref_mut() {
+            let from = removed.len();
             delete_entries(map, tgids, removed);
+            self.deleted
+                .extend(removed.get(from..).unwrap_or_default().iter().copied());
         }
     }
 
@@ -341,6 +354,7 @@ impl EbpfSource {
             pass_reads: None,
             kstats,
             slots,
+            deleted: Vec::new(),
             interval: settings.interval,
             loaded_counts,
             drains: drain::Drains::new(loader::ring_size(settings.exit_buffer_bytes)),
@@ -626,10 +640,17 @@ impl UsageSource for EbpfSource {
             cpu_cgroups: &mut self.cpu_cgroups,
             tasks,
             slots: (self.accounting == Accounting::Switch).then_some(&self.slots),
+            deleted: &mut self.deleted,
             gone_descriptions: &mut self.gone_descriptions,
             v1_hierarchies: self.v1_hierarchies,
         };
         let step = self.reconciler.step(&mut io, &mut self.observed);
+        if self.accounting == Accounting::Switch {
+            if let Some(map) = self.ebpf.map_mut(names::SLOTS) {
+                crate::slots::free_slots_of(map, &self.slots, &self.deleted);
+            }
+        }
+        self.deleted.clear();
         // Kept one snapshot only: cgroup paths and classifications are looked at afresh in
         // each, and a description does not outlive the processes that share it.
         let described = self.gone_descriptions.len();
@@ -681,6 +702,69 @@ mod tests {
 
     fn tasks(src: &mut EbpfSource) -> BpfHashMap<&mut MapData, u32, TaskTotals> {
         BpfHashMap::try_from(src.ebpf.map_mut(names::TASKS).unwrap()).unwrap()
+    }
+
+    /// Runs a little and sleeps, `n` times: this thread leaves its CPU at each sleep.
+    fn switch_often(n: u32) {
+        for _ in 0..n {
+            let end = Instant::now() + Duration::from_micros(300);
+            while Instant::now() < end {
+                std::hint::black_box(0u64);
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
+
+    /// The test process's reading, its entry plus its slot; `None` when it has no entry.
+    fn my_reading(src: &mut EbpfSource) -> Option<TaskTotals> {
+        src.read_live().unwrap();
+        src.observed.live.get(&std::process::id()).copied()
+    }
+
+    /// Entries deleted by user space take their slots with them: a process whose entry went
+    /// (here every entry, as after a trial pass of the task iterator) makes it again at its
+    /// next switch and is read again, rather than charging a slot that nothing reads.
+    #[test]
+    fn a_process_whose_entry_was_deleted_is_read_again() {
+        let test = "a_process_whose_entry_was_deleted_is_read_again";
+        if crate::test_support::skip_unless_root(test) {
+            return;
+        }
+        let mut src = bare_source();
+        switch_often(40);
+        let before = my_reading(&mut src).expect("an entry");
+        let held = crate::slots::add_slot(std::process::id(), &mut before.clone(), &src.slots);
+        assert!(held, "this process holds a slot: {before:?}");
+        src.clear_entries();
+        switch_often(40);
+        let after = my_reading(&mut src).expect("the entry made again");
+        assert!(after.cpu_ns > 0 && after.switches >= 20, "{after:?}");
+
+        // One entry deleted as the collection of gone processes deletes it.
+        let me = std::process::id();
+        let mut deleted = Vec::new();
+        let mut io = Io {
+            procfs: &mut src.procfs,
+            classifier: &*src.classifier,
+            cgroups: &mut src.cgroups,
+            cpu_cgroups: &mut src.cpu_cgroups,
+            tasks: src.ebpf.map_mut(names::TASKS),
+            slots: Some(&src.slots),
+            deleted: &mut deleted,
+            gone_descriptions: &mut src.gone_descriptions,
+            v1_hierarchies: src.v1_hierarchies,
+        };
+        assert!(io.delete(me));
+        assert_eq!(deleted, [me]);
+        let freed = crate::slots::free_slots_of(
+            src.ebpf.map_mut(names::SLOTS).unwrap(),
+            &src.slots,
+            &deleted,
+        );
+        assert_eq!(freed, 1);
+        switch_often(40);
+        let again = my_reading(&mut src).expect("the entry made again");
+        assert!(again.switches >= 20, "{again:?}");
     }
 
     #[test]
@@ -831,6 +915,7 @@ mod tests {
             cpu_cgroups: &mut src.cpu_cgroups,
             tasks: src.ebpf.map_mut(names::TASKS),
             slots: Some(&src.slots),
+            deleted: &mut src.deleted,
             gone_descriptions: &mut src.gone_descriptions,
             v1_hierarchies: src.v1_hierarchies,
         };

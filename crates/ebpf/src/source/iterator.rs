@@ -96,8 +96,10 @@ impl EbpfSource {
     /// Deletes every entry of the process map, after a pass when the source stays with
     /// `sched_switch`: the pass made one for every process, which `sched_switch` only makes
     /// for those that run. Gone before the first snapshot, they cost nothing and lose nothing
-    /// (a process that runs again gets its entry back, counting from then).
-    fn clear_entries(&mut self) {
+    /// (a process that runs again gets its entry back, counting from then). The slots go too,
+    /// after the entries: a group holding one would otherwise charge it with no entry to be
+    /// read by (see `crate::slots`).
+    pub(super) fn clear_entries(&mut self) {
         if self.read_live().is_err() {
             return;
         }
@@ -105,6 +107,9 @@ impl EbpfSource {
         if let Some(map) = self.ebpf.map_mut(names::TASKS) {
             // One gone meanwhile (its group ended) needs no delete.
             super::delete_entries(map, &tgids, &mut Vec::new());
+        }
+        if let Some(map) = self.ebpf.map_mut(names::SLOTS) {
+            crate::slots::free_all_slots(map, &self.slots);
         }
     }
 
