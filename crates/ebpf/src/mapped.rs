@@ -24,6 +24,15 @@ unsafe impl<T> Send for Mapping<T> {}
 
 impl<T: aya::Pod> Mapping<T> {
     pub(crate) fn new(map: BorrowedFd<'_>, slots: usize) -> io::Result<Mapping<T>> {
+        Mapping::new_at(map, 0, slots)
+    }
+
+    /// The `slots` elements from element `first` on, which must start a page.
+    pub(crate) fn new_at(
+        map: BorrowedFd<'_>,
+        first: usize,
+        slots: usize,
+    ) -> io::Result<Mapping<T>> {
         if !std::mem::size_of::<T>().is_multiple_of(8) {
             return Err(io::Error::other(
                 "elements are not laid out at their own size",
@@ -33,6 +42,10 @@ impl<T: aya::Pod> Mapping<T> {
             .checked_mul(std::mem::size_of::<T>())
             .filter(|&b| b > 0)
             .ok_or_else(|| io::Error::other("no slots to map"))?;
+        let offset = first
+            .checked_mul(std::mem::size_of::<T>())
+            .and_then(|o| libc::off_t::try_from(o).ok())
+            .ok_or_else(|| io::Error::other("offset out of range"))?;
         // SAFETY: a fresh shared read-only mapping of a descriptor we hold; the kernel checks
         // that the map allows it and that `bytes` lies within it.
         let ptr = unsafe {
@@ -42,7 +55,7 @@ impl<T: aya::Pod> Mapping<T> {
                 libc::PROT_READ,
                 libc::MAP_SHARED,
                 map.as_raw_fd(),
-                0,
+                offset,
             )
         };
         if ptr == libc::MAP_FAILED {

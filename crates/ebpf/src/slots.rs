@@ -18,6 +18,9 @@
 //! switch finds no slot, makes its entry again and takes a slot anew, counting from then, as a
 //! deleted entry always did.
 
+use std::cell::OnceCell;
+use std::io;
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::sync::atomic::{fence, Ordering};
 
 use aya::maps::{Array, Map};
@@ -44,6 +47,58 @@ impl SlotArray for Mapping<Slot> {
     }
 }
 
+/// The `slots` array mapped a page at a time, the first time a slot of the page is read: the
+/// kernel maps all of a mapping's pages at once, so the whole array (1 MiB by default) mapped
+/// in one piece stayed resident in the agent, whatever the number of processes.
+pub(crate) struct PagedSlots {
+    map: OwnedFd,
+    len: usize,
+    per_page: usize,
+    /// Each page's mapping once made; `None` inside when it could not be.
+    pages: Vec<OnceCell<Option<Mapping<Slot>>>>,
+}
+
+impl PagedSlots {
+    /// The array behind `map`, of `len` slots.
+    pub(crate) fn new(map: BorrowedFd<'_>, len: usize) -> io::Result<PagedSlots> {
+        // SAFETY: sysconf has no preconditions.
+        let page = usize::try_from(unsafe { libc::sysconf(libc::_SC_PAGESIZE) }).unwrap_or(4096);
+        let per_page = (page / std::mem::size_of::<Slot>()).max(1);
+        Ok(PagedSlots {
+            map: map.try_clone_to_owned()?,
+            len,
+            per_page,
+            pages: (0..len.div_ceil(per_page))
+                .map(|_| OnceCell::new())
+                .collect(),
+        })
+    }
+
+    /// Pages mapped so far.
+    #[cfg(test)]
+    pub(crate) fn mapped_pages(&self) -> usize {
+        self.pages.iter().filter(|p| p.get().is_some()).count()
+    }
+}
+
+impl SlotArray for PagedSlots {
+    fn len(&self) -> usize {
+        self.len
+    }
+
+    fn read(&self, i: usize) -> Option<Slot> {
+        let page = self.pages.get(i / self.per_page)?;
+        let first = i - i % self.per_page;
+        let mapping = page.get_or_init(|| {
+            let slots = self.per_page.min(self.len - first);
+            Mapping::new_at(self.map.as_fd(), first, slots)
+                .inspect_err(|error| tracing::debug!(%error, first, "mapping a page of slots"))
+                .ok()
+        });
+        mapping.as_ref()?.get(i % self.per_page)
+    }
+}
+
 /// Frees the slot of each group of `tgids` whose entry user space deleted (the slot holding
 /// that tgid, whatever the start: the tgid's entry was that group's). Returns how many.
 pub(crate) fn free_slots_of(map: &mut Map, slots: &impl SlotArray, tgids: &[u32]) -> usize {
@@ -58,12 +113,6 @@ pub(crate) fn free_slots_of(map: &mut Map, slots: &impl SlotArray, tgids: &[u32]
             .is_some_and(|s| s.owner == u64::from(tgid))
             .then_some(i)
     });
-    free(map, held)
-}
-
-/// Frees every slot held, after user space deleted every entry. Returns how many.
-pub(crate) fn free_all_slots(map: &mut Map, slots: &impl SlotArray) -> usize {
-    let held = (0..slots.len()).filter(|&i| slots.read(i).is_some_and(|s| s.owner != 0));
     free(map, held)
 }
 

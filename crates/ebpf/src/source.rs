@@ -15,7 +15,7 @@ use kepler_core::{
 use kepler_sources::cgroups::{Counting, UsageCounters};
 use kepler_sources::ProcfsReader;
 
-use crate::abi::{kstat, names, CpuState, ExitRecord, Slot, TaskTotals};
+use crate::abi::{kstat, names, CpuState, ExitRecord, TaskTotals};
 use crate::cgroups::{cgroup2_mount, cgroup_v1_mount, CgroupResolver};
 use crate::exits::ExitPolicy;
 use crate::loader;
@@ -71,8 +71,9 @@ pub struct EbpfSource {
     /// The `slots` array, mapped: per-switch accounting's groups read as their entry plus
     /// their slot. A source that cannot map it is not made: it would miss what switches
     /// charged to slots.
-    slots: Mapping<Slot>,
-    /// The tgids whose entries a snapshot deleted, kept for the next (see `Io::deleted`).
+    slots: crate::slots::PagedSlots,
+    /// The tgids whose entries the snapshot under way deleted (see `Io::deleted`); the vector
+    /// is kept between snapshots for its room.
     deleted: Vec<u32>,
     /// Snapshot interval, and the node's fork and switch counts and when they were read, at
     /// load: what the choice of accounting weighs.
@@ -150,6 +151,18 @@ impl Gone {
 }
 
 /// Deletes `tgid`'s entry from the process map; true when this delete removed it.
+/// The `slots` array of `ebpf`, to be mapped a page at a time.
+fn paged_slots(ebpf: &loader::Attached) -> std::io::Result<crate::slots::PagedSlots> {
+    let Some(Map::Array(data)) = ebpf.map(names::SLOTS) else {
+        return Err(std::io::Error::other("no slots array"));
+    };
+    let info = data
+        .info()
+        .map_err(|e| std::io::Error::other(e.to_string()))?;
+    let len = usize::try_from(info.max_entries()).unwrap_or(0);
+    crate::slots::PagedSlots::new(std::os::fd::AsFd::as_fd(data.fd()), len)
+}
+
 fn delete_entry(map: &mut Map, tgid: u32) -> bool {
     BpfHashMap::<_, u32, TaskTotals>::try_from(map).is_ok_and(|mut t| t.remove(&tgid).is_ok())
 }
@@ -189,7 +202,7 @@ struct Io<'a> {
     /// `None` if the map is missing: then nothing is collected.
     tasks: Option<&'a mut Map>,
     /// With per-switch accounting, the slots an entry read again is added its slot from.
-    slots: Option<&'a Mapping<Slot>>,
+    slots: Option<&'a crate::slots::PagedSlots>,
     /// The tgids whose entries this snapshot deleted: their slots are freed after it (see
     /// `slots`).
     deleted: &'a mut Vec<u32>,
@@ -326,7 +339,7 @@ impl EbpfSource {
         let kstats = map_array(&loaded.ebpf, names::KSTATS)
             .inspect_err(|error| tracing::debug!(%error, "kstats looked up, not mapped"))
             .ok();
-        let slots = map_array(&loaded.ebpf, names::SLOTS)
+        let slots = paged_slots(&loaded.ebpf)
             .map_err(|e| loader::unavailable("mapping the slots array", &e))?;
         Ok(EbpfSource {
             ebpf: loaded.ebpf,
@@ -645,7 +658,7 @@ impl UsageSource for EbpfSource {
             v1_hierarchies: self.v1_hierarchies,
         };
         let step = self.reconciler.step(&mut io, &mut self.observed);
-        if self.accounting == Accounting::Switch {
+        if self.accounting == Accounting::Switch && !self.deleted.is_empty() {
             if let Some(map) = self.ebpf.map_mut(names::SLOTS) {
                 crate::slots::free_slots_of(map, &self.slots, &self.deleted);
             }
@@ -765,6 +778,13 @@ mod tests {
         switch_often(40);
         let again = my_reading(&mut src).expect("the entry made again");
         assert!(again.switches >= 20, "{again:?}");
+        // Only the pages of the slots read are mapped (each stays resident once mapped).
+        let pages = src.slots.mapped_pages();
+        let all = crate::slots::SlotArray::len(&src.slots).div_ceil(64);
+        assert!(
+            pages > 0 && pages <= src.observed.live.len() && pages < all,
+            "{pages} of {all}"
+        );
     }
 
     #[test]
