@@ -15,8 +15,9 @@
  * group holds one: an array element found by arithmetic (tgid modulo the array's size), where
  * the hash map's lookup walks a bucket to an entry, two cold lines a call at ordinary switch
  * rates. A group's reading is its entry plus its slot: user space adds the two, the exit record
- * carries both. Groups whose slot another group holds, and every switch that is not the plain
- * case (a final switch, a cgroup refresh), go through the entry as before.
+ * carries both. A group's first switch, its final switches, and every switch of a group whose
+ * slot another group holds go through the entry as before; one switch in sixteen charged to a
+ * slot also looks the entry up, to refresh the group's cgroup.
  *
  * Iterator accounting replaces the per-switch accounting when nothing needs it (no hardware
  * counter, softirq or page-cache count is read): user space runs the task iterator once per

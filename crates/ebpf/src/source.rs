@@ -778,13 +778,11 @@ mod tests {
         switch_often(40);
         let again = my_reading(&mut src).expect("the entry made again");
         assert!(again.switches >= 20, "{again:?}");
-        // Only the pages of the slots read are mapped (each stays resident once mapped).
+        // Pages are mapped as their slots are read, not all at once (each stays resident once
+        // mapped): this process's at least, and not every one.
         let pages = src.slots.mapped_pages();
         let all = crate::slots::SlotArray::len(&src.slots).div_ceil(64);
-        assert!(
-            pages > 0 && pages <= src.observed.live.len() && pages < all,
-            "{pages} of {all}"
-        );
+        assert!(pages > 0 && pages < all, "{pages} of {all} pages mapped");
     }
 
     #[test]
