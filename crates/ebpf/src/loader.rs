@@ -657,6 +657,18 @@ mod tests {
         arr.get(&0, 0).ok()
     }
 
+    /// The object loaded with `settings` and the hardware-counter flag `hw_counters`, nothing
+    /// attached (root).
+    fn object_with(settings: &EbpfSettings, hw_counters: bool) -> Attached {
+        let btf = kernel_btf(&mut Vec::new()).unwrap();
+        let mut loader = EbpfLoader::new();
+        loader.btf(Some(&btf));
+        Attached::from_object(
+            load_object(&mut loader, settings, hw_counters).unwrap(),
+            None,
+        )
+    }
+
     /// The hardware-counter flag the loaded object runs with.
     fn hw_flag(ebpf: &Attached) -> Option<u8> {
         rodata(ebpf).map(|r| r[0])
@@ -687,11 +699,7 @@ mod tests {
             max_processes: 3_000,
             ..Default::default()
         };
-        let btf = kernel_btf(&mut Vec::new()).unwrap();
-        let mut loader = EbpfLoader::new();
-        loader.btf(Some(&btf));
-        let object =
-            Attached::from_object(load_object(&mut loader, &settings, false).unwrap(), None);
+        let object = object_with(&settings, false);
         let slots = slot_count(3_000, pid_max());
         assert!(slots.is_power_of_two() && slots <= 4_096);
         let Some(Map::Array(data)) = object.map(names::SLOTS) else {
@@ -715,12 +723,8 @@ mod tests {
             hw_counters: true,
             ..Default::default()
         };
-        let btf = kernel_btf(&mut Vec::new()).unwrap();
-        let mut loader = EbpfLoader::new();
-        loader.btf(Some(&btf));
         // The flag reads back as set when it is.
-        let object = load_object(&mut loader, &settings, true).unwrap();
-        assert_eq!(hw_flag(&Attached::from_object(object, None)), Some(1));
+        assert_eq!(hw_flag(&object_with(&settings, true)), Some(1));
 
         // Descriptors that are not perf events: the first store fails, with the second CPU's
         // and the other events' counters opened but never stored.
@@ -874,7 +878,7 @@ mod tests {
         assert!(loaded.probes.hw_counters.is_active(), "{}", loaded.probes);
         let me = std::process::id();
         // The process's entry and its slot: switches charge the slot once it holds one.
-        let slots = crate::mapped::map_array(&loaded.ebpf, names::SLOTS).unwrap();
+        let slots = crate::slots::PagedSlots::of(&loaded.ebpf).unwrap();
         let counted = |ebpf: &Attached| {
             let map = ebpf.map(names::TASKS).unwrap();
             let tasks =

@@ -1,6 +1,6 @@
 //! BPF arrays created with `BPF_F_MMAPABLE`, mapped read-only into the agent: what the
-//! programs write there is read with plain loads, without a syscall per read (`pass_out`, and
-//! the `pass_fill` and `kstats` arrays read every snapshot).
+//! programs write there is read with plain loads, without a syscall per read (`pass_out`, the
+//! `pass_fill` and `kstats` arrays read every snapshot, and `slots` a page at a time).
 
 use std::io;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd};
@@ -92,10 +92,16 @@ impl<T> Drop for Mapping<T> {
 
 /// All of the array `name` of `ebpf`, mapped.
 pub(crate) fn map_array<T: aya::Pod>(ebpf: &Attached, name: &str) -> io::Result<Mapping<T>> {
+    let (fd, slots) = array(ebpf, name)?;
+    Mapping::new(fd, slots)
+}
+
+/// The descriptor of the array `name` of `ebpf` and its number of elements.
+pub(crate) fn array<'a>(ebpf: &'a Attached, name: &str) -> io::Result<(BorrowedFd<'a>, usize)> {
     let Some(Map::Array(data)) = ebpf.map(name) else {
         return Err(io::Error::other(format!("no array {name}")));
     };
     let info = data.info().map_err(|e| io::Error::other(e.to_string()))?;
     let slots = usize::try_from(info.max_entries()).unwrap_or(0);
-    Mapping::new(data.fd().as_fd(), slots)
+    Ok((data.fd().as_fd(), slots))
 }

@@ -25,8 +25,9 @@ use std::sync::atomic::{fence, Ordering};
 
 use aya::maps::{Array, Map};
 
-use crate::abi::{Slot, TaskTotals};
+use crate::abi::{names, Slot, TaskTotals};
 use crate::live_table::LiveTable;
+use crate::loader::Attached;
 use crate::mapped::Mapping;
 
 /// Where slots are read from; a seam so that tests can change a slot between two reads.
@@ -35,16 +36,6 @@ pub(crate) trait SlotArray {
     fn len(&self) -> usize;
     /// Slot `i`, `None` past the end.
     fn read(&self, i: usize) -> Option<Slot>;
-}
-
-impl SlotArray for Mapping<Slot> {
-    fn len(&self) -> usize {
-        self.slots()
-    }
-
-    fn read(&self, i: usize) -> Option<Slot> {
-        self.get(i)
-    }
 }
 
 /// The `slots` array mapped a page at a time, the first time a slot of the page is read: the
@@ -59,8 +50,14 @@ pub(crate) struct PagedSlots {
 }
 
 impl PagedSlots {
+    /// The `slots` array of `ebpf`.
+    pub(crate) fn of(ebpf: &Attached) -> io::Result<PagedSlots> {
+        let (fd, len) = crate::mapped::array(ebpf, names::SLOTS)?;
+        PagedSlots::new(fd, len)
+    }
+
     /// The array behind `map`, of `len` slots.
-    pub(crate) fn new(map: BorrowedFd<'_>, len: usize) -> io::Result<PagedSlots> {
+    fn new(map: BorrowedFd<'_>, len: usize) -> io::Result<PagedSlots> {
         // SAFETY: sysconf has no preconditions.
         let page = usize::try_from(unsafe { libc::sysconf(libc::_SC_PAGESIZE) }).unwrap_or(4096);
         let per_page = (page / std::mem::size_of::<Slot>()).max(1);

@@ -151,18 +151,6 @@ impl Gone {
 }
 
 /// Deletes `tgid`'s entry from the process map; true when this delete removed it.
-/// The `slots` array of `ebpf`, to be mapped a page at a time.
-fn paged_slots(ebpf: &loader::Attached) -> std::io::Result<crate::slots::PagedSlots> {
-    let Some(Map::Array(data)) = ebpf.map(names::SLOTS) else {
-        return Err(std::io::Error::other("no slots array"));
-    };
-    let info = data
-        .info()
-        .map_err(|e| std::io::Error::other(e.to_string()))?;
-    let len = usize::try_from(info.max_entries()).unwrap_or(0);
-    crate::slots::PagedSlots::new(std::os::fd::AsFd::as_fd(data.fd()), len)
-}
-
 fn delete_entry(map: &mut Map, tgid: u32) -> bool {
     BpfHashMap::<_, u32, TaskTotals>::try_from(map).is_ok_and(|mut t| t.remove(&tgid).is_ok())
 }
@@ -339,7 +327,7 @@ impl EbpfSource {
         let kstats = map_array(&loaded.ebpf, names::KSTATS)
             .inspect_err(|error| tracing::debug!(%error, "kstats looked up, not mapped"))
             .ok();
-        let slots = paged_slots(&loaded.ebpf)
+        let slots = crate::slots::PagedSlots::of(&loaded.ebpf)
             .map_err(|e| loader::unavailable("mapping the slots array", &e))?;
         Ok(EbpfSource {
             ebpf: loaded.ebpf,
@@ -717,6 +705,21 @@ mod tests {
         BpfHashMap::try_from(src.ebpf.map_mut(names::TASKS).unwrap()).unwrap()
     }
 
+    /// The host as a snapshot of `src` sees it, with per-switch accounting's slots.
+    fn io(src: &mut EbpfSource) -> Io<'_> {
+        Io {
+            procfs: &mut src.procfs,
+            classifier: &*src.classifier,
+            cgroups: &mut src.cgroups,
+            cpu_cgroups: &mut src.cpu_cgroups,
+            tasks: src.ebpf.map_mut(names::TASKS),
+            slots: Some(&src.slots),
+            deleted: &mut src.deleted,
+            gone_descriptions: &mut src.gone_descriptions,
+            v1_hierarchies: src.v1_hierarchies,
+        }
+    }
+
     /// Runs a little and sleeps, `n` times: this thread leaves its CPU at each sleep.
     fn switch_often(n: u32) {
         for _ in 0..n {
@@ -755,20 +758,10 @@ mod tests {
 
         // One entry deleted as the collection of gone processes deletes it.
         let me = std::process::id();
-        let mut deleted = Vec::new();
-        let mut io = Io {
-            procfs: &mut src.procfs,
-            classifier: &*src.classifier,
-            cgroups: &mut src.cgroups,
-            cpu_cgroups: &mut src.cpu_cgroups,
-            tasks: src.ebpf.map_mut(names::TASKS),
-            slots: Some(&src.slots),
-            deleted: &mut deleted,
-            gone_descriptions: &mut src.gone_descriptions,
-            v1_hierarchies: src.v1_hierarchies,
-        };
+        let mut io = io(&mut src);
         assert!(io.delete(me));
-        assert_eq!(deleted, [me]);
+        assert_eq!(io.deleted, &[me]);
+        let deleted = std::mem::take(io.deleted);
         let freed = crate::slots::free_slots_of(
             src.ebpf.map_mut(names::SLOTS).unwrap(),
             &src.slots,
@@ -926,17 +919,7 @@ mod tests {
         assert_eq!(done, 1, "{why:?}");
         assert!(matches!(why, Some(BatchError::NotFound)), "{why:?}");
 
-        let mut io = Io {
-            procfs: &mut src.procfs,
-            classifier: &*src.classifier,
-            cgroups: &mut src.cgroups,
-            cpu_cgroups: &mut src.cpu_cgroups,
-            tasks: src.ebpf.map_mut(names::TASKS),
-            slots: Some(&src.slots),
-            deleted: &mut src.deleted,
-            gone_descriptions: &mut src.gone_descriptions,
-            v1_hierarchies: src.v1_hierarchies,
-        };
+        let mut io = io(&mut src);
         let mut removed = Vec::new();
         io.delete_each(&tgids, &mut removed);
         let expected: Vec<u32> = present.iter().copied().skip(1).collect();
